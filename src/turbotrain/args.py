@@ -1,0 +1,69 @@
+"""`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's typed options.
+
+Everything TrainingArguments accepts keeps its meaning. The added fields:
+
+backend          "auto" | "eager" | "inductor" (and any registered backend). "auto" picks per device.
+label_sparsity   run the output head and loss only on rows with a label (exact; see passes/label_sparsity.py).
+fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
+
+`optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import TrainingArguments
+
+from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
+from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
+
+
+@dataclass
+class TurboTrainingArguments(TrainingArguments):
+    backend: str = field(
+        default=AUTO,
+        metadata={"help": "What executes the step: 'auto' (eager on CPU, inductor on CUDA), 'eager', 'inductor'."},
+    )
+    label_sparsity: bool = field(
+        default=True,
+        metadata={"help": "Compute the output head and loss only on rows whose label is not -100 (exact)."},
+    )
+    fused_optimizer: bool = field(
+        default=True,
+        metadata={"help": "Use the fused AdamW kernel where the device has one, foreach otherwise (exact)."},
+    )
+
+    def __post_init__(self):
+        if str(self.optim) == ORT_FUSED_ALIAS:
+            self.optim = "adamw_torch_fused"
+        if self.backend not in valid_choices():
+            raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
+        for name in ("label_sparsity", "fused_optimizer"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        super().__post_init__()
+
+    @property
+    def resolved_backend(self) -> str:
+        """The backend name after resolving 'auto' for this run's device."""
+        return resolve_backend_name(self.backend, self.device)
+
+
+@dataclass(frozen=True)
+class TurboOptions:
+    """The turbotrain options of one run; plain TrainingArguments get the defaults."""
+
+    backend: str = AUTO
+    label_sparsity: bool = True
+    fused_optimizer: bool = True
+
+    @classmethod
+    def from_args(cls, args: TrainingArguments) -> "TurboOptions":
+        if isinstance(args, TurboTrainingArguments):
+            return cls(args.backend, args.label_sparsity, args.fused_optimizer)
+        return cls()
+
+    def backend_for(self, device: torch.device) -> str:
+        return resolve_backend_name(self.backend, device)

@@ -1,0 +1,23 @@
+"""What executes the step. A registry maps a name to a small class; see `base.Backend` for the interface."""
+
+from turbotrain.backends import eager, inductor  # noqa: F401  (registration)
+from turbotrain.backends.base import Backend, BackendUnavailable
+from turbotrain.backends.registry import (
+    AUTO,
+    backend_names,
+    get_backend,
+    register_backend,
+    resolve_backend_name,
+    valid_choices,
+)
+
+__all__ = [
+    "AUTO",
+    "Backend",
+    "BackendUnavailable",
+    "backend_names",
+    "get_backend",
+    "register_backend",
+    "resolve_backend_name",
+    "valid_choices",
+]

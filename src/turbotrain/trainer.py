@@ -1,0 +1,69 @@
+"""`TurboTrainer`: `transformers.Trainer` with turbotrain's passes and backends, nothing else changed.
+
+It hooks in only through Trainer's overridable methods and never copies the training loop:
+
+* `__init__`: resolve the backend and let it adjust the arguments before Trainer builds its
+  accelerator; choose the fused AdamW; install the model passes (`optimize`).
+* `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter
+  search re-initialises the model per trial).
+
+Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
+for them (one warning) instead of changing the numbers.
+
+Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
+gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+from torch import nn
+from transformers import Trainer, TrainingArguments
+
+from turbotrain.args import TurboOptions, TurboTrainingArguments
+from turbotrain.backends import get_backend
+from turbotrain.passes.fused_optimizer import resolve_optim_name
+from turbotrain.passes.optimize import OptimizeReport, optimize
+from turbotrain.utils.warnings import warn_once
+
+logger = logging.getLogger("turbotrain")
+_TRAINER_SIGNATURE = inspect.signature(Trainer.__init__)
+
+
+class TurboTrainer(Trainer):
+    """Drop-in replacement for `transformers.Trainer`; see the module docstring for what it changes."""
+
+    def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *rest, **kwargs):
+        args = args if args is not None else TurboTrainingArguments(output_dir="tmp_trainer")
+        bound = _TRAINER_SIGNATURE.bind(self, model, args, *rest, **kwargs).arguments
+        self.turbo_options = TurboOptions.from_args(args)
+        self._sparsity_allowed = self._label_sparsity_allowed(args, bound.get("compute_loss_func"))
+        self.backend = get_backend(self.turbo_options.backend_for(args.device))
+        self.backend.check_available(args)
+        self.backend.configure(args)
+        args.optim = resolve_optim_name(args.optim, args.device, self.turbo_options.fused_optimizer)
+        self.turbo_report: OptimizeReport | None = None
+        if model is not None:
+            model = self._prepare_model(model)
+        super().__init__(model, args, *rest, **kwargs)
+        logger.info("turbotrain: backend=%s optim=%s; %s", self.backend.name, args.optim, self.turbo_report)
+
+    def _label_sparsity_allowed(self, args: TrainingArguments, compute_loss_func) -> bool:
+        if not self.turbo_options.label_sparsity:
+            return False
+        if args.label_smoothing_factor != 0 or compute_loss_func is not None:
+            warn_once(
+                "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
+                "reads the full logits."
+            )
+            return False
+        return True
+
+    def _prepare_model(self, model: nn.Module) -> nn.Module:
+        self.turbo_report = optimize(model, label_sparsity=self._sparsity_allowed)
+        return self.backend.wrap_model(model)
+
+    def call_model_init(self, trial=None) -> nn.Module:
+        return self._prepare_model(super().call_model_init(trial))

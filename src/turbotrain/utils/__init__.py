@@ -1,0 +1,1 @@
+"""Small helpers shared across turbotrain: optional-import guards and one-time warnings."""

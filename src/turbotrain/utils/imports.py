@@ -1,0 +1,47 @@
+"""Guards for optional dependencies.
+
+Each optional part of turbotrain lives in an extra. `is_<x>_available()` answers without importing the
+package; `require(extra, package)` raises an ImportError that names the extra to install.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+
+EXTRA_OF_PACKAGE = {
+    "onnxruntime": "onnx",
+    "onnx": "onnx",
+    "onnxscript": "onnx",
+    "jax": "xla",
+    "torchax": "xla",
+    "optax": "xla",
+    "optuna": "hpo",
+}
+
+
+@lru_cache(maxsize=None)
+def is_available(package: str) -> bool:
+    """True when `package` can be imported (checked by spec, without importing it)."""
+    return importlib.util.find_spec(package) is not None
+
+
+def is_onnxruntime_available() -> bool:
+    return is_available("onnxruntime")
+
+
+def is_optuna_available() -> bool:
+    return is_available("optuna")
+
+
+def is_jax_available() -> bool:
+    return is_available("jax")
+
+
+def require(package: str, feature: str) -> None:
+    """Raise a clear ImportError naming the extra that provides `package` for `feature`."""
+    if is_available(package):
+        return
+    extra = EXTRA_OF_PACKAGE.get(package)
+    hint = f"pip install 'turbotrain[{extra}]'" if extra else f"pip install {package}"
+    raise ImportError(f"{feature} needs the '{package}' package, which is not installed. Install it with: {hint}")
