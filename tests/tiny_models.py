@@ -36,7 +36,8 @@ def distilbert():
 
 
 def gpt2():
-    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64))
+    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                                      bos_token_id=0, eos_token_id=0))
 
 
 def llama():

@@ -1,11 +1,17 @@
-"""inductor: torch.compile with the Inductor compiler, through Trainer's own `torch_compile` path.
+"""inductor: torch.compile with the Inductor compiler, applied in place to the model.
 
-Trainer (via Accelerate) wraps the model in `torch.compile` when it is prepared; the turbotrain passes
-are module hooks, so Dynamo traces them with the model. Label sparsity gives a kept-row count that
-changes every step: after the first recompile Dynamo marks that size dynamic, so it compiles twice,
-not once per batch. Exact up to the reordering of float operations that fusion brings (fp32 ~1e-6).
-Compilation costs tens of seconds per graph on a 2-core CPU; on such CPUs it measured slower than
-eager for training, which is why `auto` picks it on CUDA only.
+`wrap_model` calls `model.compile(...)`, so the model object the Trainer holds, saves and wraps (DDP,
+FSDP) stays the same object; turbotrain's passes are module hooks, which Dynamo traces with the model.
+
+Exact: Inductor normally draws dropout masks with its own random-number kernel, a different stream
+from eager's, so losses would drift from stock by ~1e-3 at the first step. This backend compiles with
+`fallback_random=True`, scoped to its own graphs (Inductor's `config_patches`, not the global config),
+so dropout draws the same masks as eager and losses match stock to ~1e-7 in fp32.
+
+Shapes: label sparsity gives a kept-row count that changes every step; after the first recompile
+Dynamo marks that size dynamic, so the step compiles a bounded number of times, not once per batch.
+Cost: tens of seconds of compilation per graph on a 2-core CPU, where it also measured slower than
+eager for training; `auto` therefore picks it on CUDA only.
 """
 
 from __future__ import annotations
@@ -13,23 +19,31 @@ from __future__ import annotations
 import shutil
 
 import torch
+from torch import nn
 from transformers import TrainingArguments
 
 from turbotrain.backends.base import Backend, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 
+EXACT_PATCHES = {"fallback_random": True}
+
+
+def exact_inductor(graph_module: torch.fx.GraphModule, example_inputs):
+    """A Dynamo backend: Inductor with dropout drawn from eager's random stream."""
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(graph_module, example_inputs, config_patches=dict(EXACT_PATCHES))
+
 
 @register_backend
 class InductorBackend(Backend):
     name = "inductor"
-    description = "torch.compile with the Inductor compiler"
+    description = "torch.compile with the Inductor compiler (eager-identical dropout)"
 
     def check_available(self, args: TrainingArguments) -> None:
         if args.device.type == "cpu" and shutil.which("g++") is None and shutil.which("c++") is None:
             raise BackendUnavailable("backend='inductor' on CPU needs a C++ compiler (g++) on PATH")
-        if not hasattr(torch, "compile"):
-            raise BackendUnavailable("backend='inductor' needs torch>=2.0")
 
-    def configure(self, args: TrainingArguments) -> None:
-        args.torch_compile = True
-        args.torch_compile_backend = "inductor"
+    def wrap_model(self, model: nn.Module) -> nn.Module:
+        model.compile(backend=exact_inductor)
+        return model

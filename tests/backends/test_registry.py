@@ -1,0 +1,35 @@
+"""The backend registry maps names to small classes; adding one is one file."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from turbotrain.backends import Backend, backend_names, get_backend, register_backend, resolve_backend_name
+from turbotrain.backends import registry
+
+
+def test_builtin_backends_are_registered():
+    assert {"eager", "inductor"} <= set(backend_names())
+
+
+def test_auto_is_eager_on_cpu_and_inductor_on_cuda():
+    assert resolve_backend_name("auto", torch.device("cpu")) == "eager"
+    assert resolve_backend_name("auto", torch.device("cuda")) == "inductor"
+
+
+def test_unknown_name_raises_with_valid_list():
+    with pytest.raises(ValueError, match="valid backends: auto, eager"):
+        get_backend("nope")
+
+
+def test_registering_a_backend_makes_it_selectable(monkeypatch):
+    monkeypatch.setattr(registry, "_BACKENDS", dict(registry._BACKENDS))
+
+    @register_backend
+    class Dummy(Backend):
+        name = "dummy"
+
+    assert isinstance(get_backend("dummy"), Dummy) and "dummy" in registry.valid_choices()
+    with pytest.raises(ValueError, match="already registered"):
+        register_backend(type("Other", (Backend,), {"name": "dummy"}))

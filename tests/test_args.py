@@ -1,0 +1,42 @@
+"""TurboTrainingArguments: typed options, defaults, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import TrainingArguments
+
+from turbotrain import TurboOptions, TurboTrainingArguments
+
+
+def make_args(tmp_path, **kwargs):
+    return TurboTrainingArguments(output_dir=str(tmp_path), report_to="none", **kwargs)
+
+
+def test_defaults(tmp_path):
+    args = make_args(tmp_path)
+    assert (args.backend, args.label_sparsity, args.fused_optimizer) == ("auto", True, True)
+    assert args.resolved_backend == "eager"  # this suite runs on CPU; auto is eager there
+
+
+def test_unknown_backend_lists_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown backend 'tpu'; valid backends: auto, eager, inductor"):
+        make_args(tmp_path, backend="tpu")
+
+
+def test_non_bool_option_is_rejected(tmp_path):
+    with pytest.raises(ValueError, match="label_sparsity must be True or False"):
+        make_args(tmp_path, label_sparsity="yes")
+
+
+def test_ort_fused_alias_is_the_fused_adamw(tmp_path):
+    assert make_args(tmp_path, optim="adamw_ort_fused").optim == "adamw_torch_fused"
+
+
+def test_plain_training_arguments_get_default_options(tmp_path):
+    options = TurboOptions.from_args(TrainingArguments(output_dir=str(tmp_path), report_to="none"))
+    assert options == TurboOptions()
+
+
+def test_arguments_round_trip_through_dict(tmp_path):
+    args = make_args(tmp_path, backend="inductor", label_sparsity=False)
+    assert args.to_dict()["backend"] == "inductor" and args.to_dict()["label_sparsity"] is False
