@@ -1,0 +1,57 @@
+"""The three peers of the benchmark, built the way a user would write them."""
+
+from __future__ import annotations
+
+import copy
+import time
+
+import torch
+from transformers import Trainer, TrainerCallback, TrainingArguments
+
+from turbotrain.args import TurboTrainingArguments
+from turbotrain.bench.workload import Workload
+from turbotrain.data import MaskedLMData
+from turbotrain.trainer import TurboTrainer
+
+
+class StepClock(TrainerCallback):
+    """Wall time of every optimizer step, data loading and collation included (end to end)."""
+
+    def __init__(self):
+        self.ends: list[float] = []
+        self.start = 0.0
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.ends.append(time.perf_counter())
+
+    def step_seconds(self) -> list[float]:
+        marks = [self.start, *self.ends]
+        return [b - a for a, b in zip(marks, marks[1:])]
+
+
+def _common(workload: Workload, output_dir: str) -> dict:
+    on_cpu = not torch.cuda.is_available()
+    return dict(
+        output_dir=output_dir, per_device_train_batch_size=workload.batch_size,
+        max_steps=workload.warmup + workload.steps, learning_rate=1e-4, warmup_steps=0, logging_steps=1,
+        save_strategy="no", report_to="none", disable_tqdm=True, seed=workload.seed, dataloader_num_workers=0,
+        bf16=workload.bf16, use_cpu=on_cpu and workload.bf16,
+    )
+
+
+def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, output_dir: str) -> Trainer:
+    """A fresh trainer for `peer` on a fresh copy of `model`."""
+    model = copy.deepcopy(model)
+    kw = dict(train_dataset=data.train, data_collator=data.collator)
+    if peer == "stock":
+        return Trainer(model=model, args=TrainingArguments(**_common(workload, output_dir)), **kw)
+    if peer == "compiled":
+        args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
+        return Trainer(model=model, args=args, **kw)
+    args = TurboTrainingArguments(backend=workload.backend, **_common(workload, output_dir))
+    return TurboTrainer(model=model, args=args, **kw)

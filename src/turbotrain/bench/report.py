@@ -1,0 +1,108 @@
+"""Bench output: a console table, `bench.json` and `bench.md` (a dated row ready for benchmarks/)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from pathlib import Path
+
+import torch
+import transformers
+from rich.console import Console
+from rich.table import Table
+
+import turbotrain
+
+COLUMNS = [
+    ("peer", "peer"),
+    ("backend", "backend"),
+    ("tokens/s", "tokens_per_s"),
+    ("x stock", "ratio_to_stock"),
+    ("median step s", "median_step_s"),
+    ("first step s", "first_step_s"),
+    ("peak MB", "peak_memory_mb"),
+    ("max abs dloss", "max_abs_loss_diff"),
+    ("max rel dloss", "max_rel_loss_diff"),
+]
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict:
+    env = {
+        "date": datetime.date.today().isoformat(),
+        "cpu": cpu_name(),
+        "cpu_cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "turbotrain": turbotrain.__version__,
+    }
+    if torch.cuda.is_available():
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
+def _cell(key: str, value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    if key in {"max_abs_loss_diff", "max_rel_loss_diff"}:
+        return f"{value:.1e}"
+    if key == "ratio_to_stock":
+        return f"{value:.2f}x"
+    if key in {"median_step_s", "first_step_s"}:
+        return f"{value:.3f}"
+    return f"{value:,.0f}"
+
+
+def rows(result: dict) -> list[list[str]]:
+    return [[_cell(k, name if k == "peer" else row.get(k)) for _, k in COLUMNS] for name, row in result["peers"].items()]
+
+
+def markdown(result: dict) -> str:
+    env, w = result["environment"], result["workload"]
+    hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
+    lines = [
+        f"### {env['date']}: RoBERTa MLM h{w['hidden_size']} L{w['num_layers']} seq {w['seq_len']} "
+        f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}",
+        "",
+        f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "
+        f"turbotrain {env['turbotrain']}, Python {env['python']}.",
+        f"Command: `{result.get('command', 'turbotrain bench')}`",
+        f"Rounds {w['rounds']} x {w['steps']} measured steps (+{w['warmup']} warm-up) per peer, interleaved; "
+        f"memory: {result['memory_kind']}.",
+        "",
+        "| " + " | ".join(title for title, _ in COLUMNS) + " |",
+        "|" + "---|" * len(COLUMNS),
+    ]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
+    return "\n".join(lines) + "\n"
+
+
+def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[Path]:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out / "bench.json", out / "bench.md"
+    json_path.write_text(json.dumps(result, indent=2))
+    md_path.write_text(markdown(result))
+    table = Table(title="turbotrain bench")
+    for title, _ in COLUMNS:
+        table.add_column(title, justify="right")
+    for r in rows(result):
+        table.add_row(*r)
+    console.print(table)
+    console.print(f"wrote {json_path} and {md_path}")
+    return [json_path, md_path]

@@ -1,0 +1,111 @@
+"""Interleaved runs: for each round, every peer trains `warmup + steps` steps from the same initial
+weights on the same batches (A B C A B C ...). Per peer it reports:
+
+* tokens/s: median over every measured step of every round (warm-up steps excluded), where a step is
+  one optimizer step end to end (data loading, collation, forward, backward, optimizer, logging);
+* ratio: that median over the stock peer's;
+* first step: seconds of the first step of round 1 (compilation lands here), reported apart;
+* peak memory: the largest segment peak over the rounds (see memory.py);
+* loss difference: the largest |loss - stock loss| over all steps and rounds, absolute and relative.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from dataclasses import dataclass, field
+
+import torch
+from rich.console import Console
+from rich.progress import Progress
+from transformers.trainer_callback import PrinterCallback
+
+from turbotrain.bench.memory import PeakMemory
+from turbotrain.bench.peers import StepClock, build_trainer
+from turbotrain.bench.report import environment, write_reports
+from turbotrain.bench.workload import Workload
+
+
+@dataclass
+class PeerRuns:
+    name: str
+    step_seconds: list[list[float]] = field(default_factory=list)
+    losses: list[list[float]] = field(default_factory=list)
+    peaks_mb: list[float] = field(default_factory=list)
+    backend: str = ""
+
+    def measured(self, warmup: int) -> list[float]:
+        return [s for seconds in self.step_seconds for s in seconds[warmup:]]
+
+
+def interleaved_order(peers: tuple[str, ...], rounds: int) -> list[tuple[int, str]]:
+    """(round, peer) in the order they run: A B C A B C ..."""
+    return [(r, peer) for r in range(rounds) for peer in peers]
+
+
+def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memory: PeakMemory) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = build_trainer(peer, workload, model, data, tmp)
+        clock = StepClock()
+        trainer.add_callback(clock)
+        trainer.remove_callback(PrinterCallback)
+        memory.reset()
+        trainer.train()
+        peak = memory.peak_mb()
+    runs.step_seconds.append(clock.step_seconds())
+    runs.losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
+    if peak is not None:
+        runs.peaks_mb.append(peak)
+    runs.backend = getattr(getattr(trainer, "backend", None), "name", "")
+
+
+def loss_difference(runs: PeerRuns, stock: PeerRuns) -> tuple[float, float]:
+    """Largest absolute and relative difference from the stock losses, step by step."""
+    pairs = [(a, b) for mine, ref in zip(runs.losses, stock.losses) for a, b in zip(mine, ref)]
+    if not pairs:
+        return float("nan"), float("nan")
+    return max(abs(a - b) for a, b in pairs), max(abs(a - b) / abs(b) for a, b in pairs)
+
+
+def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str) -> dict:
+    stock = runs.get("stock")
+    rows = {}
+    for name, peer in runs.items():
+        measured = peer.measured(workload.warmup)
+        median = statistics.median(measured)
+        row = {
+            "tokens_per_s": workload.tokens_per_step / median,
+            "median_step_s": median,
+            "first_step_s": peer.step_seconds[0][0],
+            "peak_memory_mb": max(peer.peaks_mb) if peer.peaks_mb else None,
+            "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
+            "backend": peer.backend or ("inductor" if name == "compiled" else "eager"),
+        }
+        if stock is not None:
+            row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(peer, stock)
+        rows[name] = row
+    if stock is not None:
+        for row in rows.values():
+            row["ratio_to_stock"] = row["tokens_per_s"] / rows["stock"]["tokens_per_s"]
+    return {"workload": workload.describe(), "command": workload.command(), "memory_kind": memory_kind, "environment": environment(), "peers": rows}
+
+
+def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console | None = None) -> dict:
+    console = console or Console(width=140)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with console.status("Preparing data and the initial model..."):
+        data = workload.data()
+        model = workload.initial_model()
+    runs = {peer: PeerRuns(peer) for peer in workload.peers}
+    memory = PeakMemory(device)
+    order = interleaved_order(workload.peers, workload.rounds)
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("benchmark", total=len(order))
+        for round_index, peer in order:
+            progress.update(task, description=f"round {round_index + 1}/{workload.rounds}: {peer}")
+            run_segment(peer, workload, model, data, runs[peer], memory)
+            progress.advance(task)
+    result = summarize(workload, runs, memory.kind)
+    paths = write_reports(result, out_dir, console)
+    result["files"] = [str(p) for p in paths]
+    return result

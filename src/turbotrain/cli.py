@@ -1,0 +1,86 @@
+"""`turbotrain` command line: `pretrain` (the main job) and `bench` (side-by-side measurement)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from turbotrain.backends import valid_choices
+
+
+def _add_model_flags(parser: argparse.ArgumentParser, defaults) -> None:
+    parser.add_argument("--hidden-size", type=int, default=defaults.hidden_size)
+    parser.add_argument("--layers", type=int, default=defaults.num_layers, dest="num_layers")
+    parser.add_argument("--heads", type=int, default=defaults.num_heads, dest="num_heads")
+    parser.add_argument("--seq-len", type=int, default=defaults.seq_len)
+    parser.add_argument("--batch-size", type=int, default=defaults.batch_size)
+    parser.add_argument("--vocab-size", type=int, default=defaults.vocab_size)
+    parser.add_argument("--seed", type=int, default=defaults.seed)
+
+
+def _pretrain_parser(sub) -> None:
+    from turbotrain.pretrain import PretrainConfig
+
+    d = PretrainConfig()
+    p = sub.add_parser("pretrain", help="pretrain a RoBERTa-style masked LM on the built-in corpus or your files")
+    p.add_argument("--output-dir", default=d.output_dir)
+    p.add_argument("--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus")
+    p.add_argument("--steps", type=int, default=d.max_steps, dest="max_steps")
+    p.add_argument("--lr", type=float, default=d.learning_rate, dest="learning_rate")
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--backend", default=d.backend, choices=valid_choices())
+    p.add_argument("--no-label-sparsity", action="store_false", dest="label_sparsity")
+    p.add_argument("--quiet", action="store_false", dest="progress")
+    _add_model_flags(p, d)
+
+
+def _bench_parser(sub) -> None:
+    from turbotrain.bench.workload import Workload
+
+    d = Workload()
+    p = sub.add_parser("bench", help="stock Trainer vs Trainer(torch_compile) vs TurboTrainer, interleaved")
+    p.add_argument("--out", default="bench-out", help="directory for the JSON and markdown results")
+    p.add_argument("--rounds", type=int, default=d.rounds)
+    p.add_argument("--steps", type=int, default=d.steps, help="measured steps per round and peer")
+    p.add_argument("--warmup", type=int, default=d.warmup, help="unmeasured steps at the start of each round")
+    p.add_argument("--peers", nargs="+", default=list(d.peers), help="subset of: stock compiled turbo")
+    p.add_argument("--backend", default=d.backend, choices=valid_choices(), help="TurboTrainer's backend")
+    p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
+    _add_model_flags(p, d)
+
+
+def _run_pretrain(ns: argparse.Namespace) -> int:
+    from turbotrain.pretrain import PretrainConfig, run_pretrain
+
+    run_pretrain(PretrainConfig(**{k: v for k, v in vars(ns).items() if k != "command"}))
+    return 0
+
+
+def _run_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.runner import run_bench
+    from turbotrain.bench.workload import Workload
+
+    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out"}}
+    fields["peers"] = tuple(fields["peers"])
+    run_bench(Workload(**fields), out_dir=ns.out)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="turbotrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _pretrain_parser(sub)
+    _bench_parser(sub)
+    ns = parser.parse_args(argv)
+    from turbotrain.data.corpus import CorpusError
+
+    try:
+        return _run_pretrain(ns) if ns.command == "pretrain" else _run_bench(ns)
+    except CorpusError as error:
+        print(f"turbotrain {ns.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The bench runs its peers interleaved and reports medians, ratios and loss differences."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from turbotrain.bench.runner import PeerRuns, interleaved_order, loss_difference, run_bench
+from turbotrain.bench.workload import Workload
+
+
+def test_interleaved_order_is_a_b_c_a_b_c():
+    assert interleaved_order(("stock", "compiled", "turbo"), 2) == [
+        (0, "stock"), (0, "compiled"), (0, "turbo"), (1, "stock"), (1, "compiled"), (1, "turbo")]
+
+
+def test_loss_difference_is_the_largest_step_gap():
+    stock = PeerRuns("stock", losses=[[2.0, 1.0]])
+    other = PeerRuns("turbo", losses=[[2.0, 1.1]])
+    absolute, relative = loss_difference(other, stock)
+    assert absolute == pytest.approx(0.1) and relative == pytest.approx(0.1)
+
+
+def test_unknown_peer_is_rejected():
+    with pytest.raises(ValueError, match="unknown peers"):
+        Workload(peers=("stock", "fast"))
+
+
+@pytest.mark.slow
+def test_tiny_bench_writes_json_and_markdown(tmp_path):
+    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, seq_len=32, vocab_size=3000, batch_size=4,
+                        rounds=2, steps=2, warmup=1, peers=("stock", "turbo"))
+    result = run_bench(workload, out_dir=tmp_path)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    assert set(saved["peers"]) == {"stock", "turbo"}
+    turbo = saved["peers"]["turbo"]
+    assert turbo["tokens_per_s"] > 0 and turbo["ratio_to_stock"] > 0
+    assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step
+    assert "| turbo | eager |" in (tmp_path / "bench.md").read_text()
+    assert result["peers"]["stock"]["ratio_to_stock"] == 1.0
