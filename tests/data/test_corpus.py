@@ -28,7 +28,7 @@ def test_split_paragraphs_drops_code_and_short_lines():
 
 def test_user_files_replace_the_builtin_corpus(tmp_path):
     path = tmp_path / "mine.txt"
-    path.write_text("A first paragraph of my own text, long enough to keep.\n\nAnd a second one, also long enough.")
+    path.write_text("A first paragraph of my own text, long enough to keep.\n\nAnd a second paragraph, which is also long enough to be kept.")
     corpus = load_corpus([path])
     assert corpus.name == "files:mine.txt" and len(corpus) == 2
 
