@@ -25,7 +25,7 @@ from turbotrain.utils.warnings import TurbotrainWarning
 def test_golden_losses_ten_steps_match_stock_trainer(family, tmp_path):
     stock = train_losses(stock_trainer(family, tmp_path))
     turbo = turbo_trainer(family, tmp_path)
-    assert turbo.turbo_report.applied == ["label_sparsity"]
+    assert "label_sparsity" in turbo.turbo_report.applied
     assert_losses_close(train_losses(turbo), stock)
     assert len(set(stock)) == len(stock)  # weights change every step, so a frozen model could not pass
 
@@ -113,7 +113,7 @@ def test_hyperparameter_search_with_model_init(tmp_path):
     )
     assert best.hyperparameters["learning_rate"] > 0
     assert len({id(m) for m in models}) == len(models) >= 3  # one at init, one per trial
-    assert all(getattr(m, "_turbotrain_report").applied == ["label_sparsity"] for m in models)
+    assert all("label_sparsity" in getattr(m, "_turbotrain_report").applied for m in models)
 
 
 def test_optimize_gives_a_plain_trainer_the_same_losses_and_the_sparse_head(tmp_path):
@@ -126,6 +126,6 @@ def test_optimize_gives_a_plain_trainer_the_same_losses_and_the_sparse_head(tmp_
     find_head(model).module.register_forward_hook(lambda m, a, out: rows_seen.append(out.shape[0]))
     plain = train_losses(stock_trainer("roberta", tmp_path / "plain", model=model, max_steps=4))
     stock = train_losses(stock_trainer("roberta", tmp_path / "stock", max_steps=4))
-    assert report.applied == ["label_sparsity"]
+    assert "label_sparsity" in report.applied
     assert_losses_close(plain, stock)
     assert rows_seen and all(n < 4 * 37 for n in rows_seen)  # the head saw kept rows, not batch x length

@@ -6,53 +6,57 @@ import torch
 from transformers import (
     BertConfig,
     BertForMaskedLM,
+    BertForSequenceClassification,
     DistilBertConfig,
     DistilBertForMaskedLM,
+    DistilBertForSequenceClassification,
     GPT2Config,
+    GPT2ForSequenceClassification,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
+    LlamaForSequenceClassification,
     RobertaConfig,
     RobertaForMaskedLM,
+    RobertaForSequenceClassification,
 )
 
 VOCAB = 97  # odd on purpose
+NUM_LABELS = 3
 
-
-def bert():
-    return BertForMaskedLM(BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64, max_position_embeddings=64))
-
-
-def roberta():
-    return RobertaForMaskedLM(RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                                            num_attention_heads=4, intermediate_size=64, max_position_embeddings=70,
-                                            pad_token_id=1))
-
-
-def distilbert():
-    return DistilBertForMaskedLM(DistilBertConfig(vocab_size=VOCAB, dim=32, n_layers=2, n_heads=4, hidden_dim=64,
-                                                  max_position_embeddings=64))
-
-
-def gpt2():
-    return GPT2LMHeadModel(GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                      bos_token_id=0, eos_token_id=0))
-
-
-def llama():
-    return LlamaForCausalLM(LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                        num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                        tie_word_embeddings=False))
-
-
-FAMILIES = {"bert": bert, "roberta": roberta, "distilbert": distilbert, "gpt2": gpt2, "llama": llama}
+CONFIGS = {
+    "bert": (BertConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                              max_position_embeddings=128),
+             dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "roberta": (RobertaConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                                    max_position_embeddings=130, pad_token_id=1),
+                dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+    "distilbert": (DistilBertConfig, dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128),
+                   dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)),
+    "gpt2": (GPT2Config, dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0,
+                              pad_token_id=0),
+             dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+    "llama": (LlamaConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                intermediate_size=64, max_position_embeddings=128, tie_word_embeddings=False,
+                                pad_token_id=0),
+              dict(attention_dropout=0.0)),
+}
+LM_CLASSES = {"bert": BertForMaskedLM, "roberta": RobertaForMaskedLM, "distilbert": DistilBertForMaskedLM,
+              "gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}
+CLS_CLASSES = {"bert": BertForSequenceClassification, "roberta": RobertaForSequenceClassification,
+               "distilbert": DistilBertForSequenceClassification, "gpt2": GPT2ForSequenceClassification,
+               "llama": LlamaForSequenceClassification}
+FAMILIES = sorted(CONFIGS)
 CAUSAL = {"gpt2", "llama"}
+ENCODERS = sorted(set(FAMILIES) - CAUSAL)
 
 
-def make(family: str, seed: int = 0, dtype=torch.float32):
+def make(family: str, seed: int = 0, dtype=torch.float32, task: str = "lm", dropout: bool = True):
+    config_class, sizes, no_dropout = CONFIGS[family]
+    config = config_class(vocab_size=VOCAB, num_labels=NUM_LABELS, **sizes, **({} if dropout else no_dropout))
     torch.manual_seed(seed)
-    return FAMILIES[family]().to(dtype)
+    model_class = LM_CLASSES[family] if task == "lm" else CLS_CLASSES[family]
+    return model_class(config).to(dtype)
 
 
 def batch(batch_size: int, seq_len: int, keep: float, seed: int = 0, vocab: int = VOCAB):
@@ -62,3 +66,21 @@ def batch(batch_size: int, seq_len: int, keep: float, seed: int = 0, vocab: int 
     labels = input_ids.clone()
     labels[torch.rand(batch_size, seq_len, generator=generator) >= keep] = -100
     return {"input_ids": input_ids, "labels": labels}
+
+
+def padded_batch(lengths: list[int], task: str = "lm", keep: float = 0.3, seed: int = 0, pad_token_id: int = 0,
+                 left: bool = False):
+    """A right- (or left-) padded batch of sequences with the given lengths, as a padding collator makes."""
+    generator = torch.Generator().manual_seed(seed)
+    longest = max(lengths)
+    positions = torch.arange(longest)[None, :]
+    length = torch.tensor(lengths)[:, None]
+    mask = positions >= longest - length if left else positions < length
+    input_ids = torch.randint(3, VOCAB, (len(lengths), longest), generator=generator)
+    input_ids[~mask] = pad_token_id
+    if task == "cls":
+        labels = torch.randint(0, NUM_LABELS, (len(lengths),), generator=generator)
+    else:
+        labels = input_ids.clone()
+        labels[(torch.rand(labels.shape, generator=generator) >= keep) | ~mask] = -100
+    return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}

@@ -50,3 +50,40 @@ class StepRecorder(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.steps.append(state.global_step)
+
+
+def variable_length_dataset(n: int = 48, task: str = "lm", seed: int = 0, max_len: int = 40) -> Dataset:
+    """Sequences of uneven lengths (1 to max_len), labels per token (lm) or per sequence (cls)."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len + 1, (n,), generator=generator).tolist()
+    rows = {"input_ids": [], "labels": []}
+    for length in lengths:
+        ids = torch.randint(3, VOCAB, (length,), generator=generator)
+        rows["input_ids"].append(ids.tolist())
+        if task == "cls":
+            rows["labels"].append(int(torch.randint(0, 3, (1,), generator=generator)))
+        else:
+            labels = ids.clone()
+            labels[torch.rand(length, generator=generator) >= 0.3] = -100
+            rows["labels"].append(labels.tolist())
+    return Dataset.from_dict(rows)
+
+
+class RightPaddingCollator:
+    """Dynamic padding to the longest sequence of the batch, as DataCollatorWithPadding does."""
+
+    def __init__(self, pad_token_id: int = 0):
+        self.pad_token_id = pad_token_id
+
+    def __call__(self, features):
+        longest = max(len(f["input_ids"]) for f in features)
+        ids = torch.full((len(features), longest), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(ids)
+        per_token = isinstance(features[0]["labels"], list)
+        labels = torch.full_like(ids, -100) if per_token else torch.tensor([f["labels"] for f in features])
+        for i, f in enumerate(features):
+            n = len(f["input_ids"])
+            ids[i, :n], mask[i, :n] = torch.tensor(f["input_ids"]), 1
+            if per_token:
+                labels[i, :n] = torch.tensor(f["labels"])
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}

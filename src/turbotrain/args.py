@@ -5,6 +5,7 @@ Everything TrainingArguments accepts keeps its meaning. The added fields:
 backend          "auto" | "eager" | "inductor" (and any registered backend). "auto" picks per device.
 label_sparsity   run the output head and loss only on rows with a label (exact; see passes/label_sparsity.py).
 fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
+padding_free     pack padded training batches into rows with per-sequence attention (see passes/padding_free.py).
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -34,13 +35,18 @@ class TurboTrainingArguments(TrainingArguments):
         default=True,
         metadata={"help": "Use the fused AdamW kernel where the device has one, foreach otherwise (exact)."},
     )
+    padding_free: bool = field(
+        default=True,
+        metadata={"help": "Pack padded training batches into rows with per-sequence attention, where the model "
+                          "is supported and the collator pads (exact without dropout)."},
+    )
 
     def __post_init__(self):
         if str(self.optim) == ORT_FUSED_ALIAS:
             self.optim = "adamw_torch_fused"
         if self.backend not in valid_choices():
             raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
-        for name in ("label_sparsity", "fused_optimizer"):
+        for name in ("label_sparsity", "fused_optimizer", "padding_free"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         super().__post_init__()
@@ -58,11 +64,12 @@ class TurboOptions:
     backend: str = AUTO
     label_sparsity: bool = True
     fused_optimizer: bool = True
+    padding_free: bool = True
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> "TurboOptions":
         if isinstance(args, TurboTrainingArguments):
-            return cls(args.backend, args.label_sparsity, args.fused_optimizer)
+            return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free)
         return cls()
 
     def backend_for(self, device: torch.device) -> str:

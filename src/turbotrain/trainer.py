@@ -6,6 +6,10 @@ It hooks in only through Trainer's overridable methods and never copies the trai
   accelerator; choose the fused AdamW; install the model passes (`optimize`).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter
   search re-initialises the model per trial).
+* `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
+  prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* `_get_num_items_in_batch`: Trainer counts the loss's items on the padded labels that packed
+  batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
 for them (one warning) instead of changing the numbers.
@@ -26,6 +30,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
+from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -62,8 +67,24 @@ class TurboTrainer(Trainer):
         return True
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
-        self.turbo_report = optimize(model, label_sparsity=self._sparsity_allowed)
+        self.turbo_report = optimize(model, label_sparsity=self._sparsity_allowed,
+                                     padding_free=self.turbo_options.padding_free)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
         return self._prepare_model(super().call_model_init(trial))
+
+    def get_train_dataloader(self):
+        if self.turbo_report is None or self.turbo_report.padding_free is None or self.data_collator is None:
+            return super().get_train_dataloader()
+        user_collator = self.data_collator
+        self.data_collator = self.turbo_report.collator(user_collator)
+        try:
+            return super().get_train_dataloader()
+        finally:
+            self.data_collator = user_collator
+
+    def _get_num_items_in_batch(self, batch_samples, device):
+        if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):
+            batch_samples = [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
+        return super()._get_num_items_in_batch(batch_samples, device)

@@ -39,7 +39,7 @@ def assert_same(stock, sparse, rtol, atol):
 def stock_and_sparse(family, dtype=torch.float32):
     stock = make(family, dtype=dtype)
     sparse = copy.deepcopy(stock)
-    report = optimize(sparse)
+    report = optimize(sparse, padding_free=False)
     assert report.label_sparsity is not None, f"label sparsity did not apply to {family}"
     return stock, sparse
 
@@ -117,8 +117,8 @@ def test_model_without_head_warns_once_and_stays_dense():
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = optimize(Plain())
-        optimize(Plain())
+        report = optimize(Plain(), padding_free=False)
+        optimize(Plain(), padding_free=False)
     assert report.label_sparsity is None and report.skipped == ["label_sparsity"]
     assert sum(issubclass(w.category, TurbotrainWarning) for w in caught) == 1
 
@@ -138,13 +138,13 @@ def test_self_check_refuses_a_head_that_breaks_the_contract():
 
     model.__class__ = ShiftsItself
     with pytest.warns(TurbotrainWarning, match="label sparsity left"):
-        report = optimize(model)
+        report = optimize(model, padding_free=False)
     assert report.label_sparsity is None
 
 
 def test_optimize_is_idempotent_and_undoable():
     model = make("roberta")
-    first = optimize(model)
+    first = optimize(model, padding_free=False)
     assert optimize(model) is first
     inputs = batch(2, 9, keep=0.5)
     model.train()

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
+from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
 
 REPORT_ATTRIBUTE = "_turbotrain_report"
 
@@ -22,24 +23,35 @@ class OptimizeReport:
 
     model_name: str
     label_sparsity: LabelSparsity | None = None
+    padding_free: PaddingFree | None = None
     skipped: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> list[str]:
-        return ["label_sparsity"] if self.label_sparsity is not None else []
+        return [name for name in ("label_sparsity", "padding_free") if getattr(self, name) is not None]
 
     def undo(self) -> None:
-        if self.label_sparsity is not None:
-            self.label_sparsity.remove()
-            self.label_sparsity = None
+        for name in self.applied:
+            getattr(self, name).remove()
+            setattr(self, name, None)
+        self.skipped.clear()
+
+    def collator(self, inner):
+        """`inner` wrapped so its padded batches come out packed (unchanged if padding-free is off)."""
+        return self.padding_free.collator(inner) if self.padding_free is not None else inner
 
     def __str__(self) -> str:
         applied = ", ".join(self.applied) or "none"
         return f"turbotrain passes on {self.model_name}: {applied}"
 
 
-def optimize(model: nn.Module, *, label_sparsity: bool = True, self_check: bool = True) -> OptimizeReport:
-    """Install the model-level passes on `model` (in place) and return what applied."""
+def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: bool = True,
+             self_check: bool = True) -> OptimizeReport:
+    """Install the model-level passes on `model` (in place) and return what applied.
+
+    Padding-free training also needs the batches packed: pass your collator through
+    `report.collator(collator)` (TurboTrainer does this for its training dataloader).
+    """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
         return existing
@@ -48,5 +60,9 @@ def optimize(model: nn.Module, *, label_sparsity: bool = True, self_check: bool 
         report.label_sparsity = apply_label_sparsity(model, check=self_check)
         if report.label_sparsity is None:
             report.skipped.append("label_sparsity")
+    if padding_free:
+        report.padding_free = apply_padding_free(model, check=self_check)
+        if report.padding_free is None:
+            report.skipped.append("padding_free")
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report

@@ -1,0 +1,128 @@
+"""Pack a padded batch into rows with no padding between sequences (the batch side of padding-free).
+
+Input: a collated batch whose `attention_mask` [B, L] marks each sequence's tokens, right-padded.
+A left-padded batch is returned unchanged (one warning): models with absolute positions (BERT, GPT-2)
+number a left-padded sequence from its first pad, so packing it would change the numbers. Output, for `R` rows of capacity `C` (C = longest sequence, rounded up to `multiple_of`):
+
+* every per-token tensor [B, L] (input_ids, labels, token_type_ids, ...) becomes [R, C], sequences laid
+  one after another in their batch order, a new row started when the next one does not fit;
+* `position_ids` [R, C]: restart at every sequence, plus `position_offset` (RoBERTa counts positions
+  from padding_idx + 1);
+* `attention_mask` [R, 1, C, C] bool: a token attends only to tokens of its own sequence (and, for
+  causal models, only to earlier ones). The unused tail of a row is its own block, so no softmax row
+  is empty;
+* labels: -100 on the tail; for causal models also on each sequence's first token, which the shifted
+  loss would otherwise make the previous sequence's last token predict. Stock never scores that
+  label either (it sits at position 0 of its padded row), so the loss is unchanged;
+* per-sequence tensors [B] (classification labels) are kept, and `turbotrain_sequence_starts` [B]
+  gives each sequence's first token as an index into the flattened [R * C] rows;
+* `turbotrain_padded_labels`: the padded labels, so that Trainer counts `num_items_in_batch` on the
+  very labels stock would see (its rule depends on the model's `loss_type`).
+The two `turbotrain_` keys are removed by the model-side hook before the model runs.
+
+Waste: only each row's tail, under one sequence per row; stock dynamic padding wastes
+B * L - sum(lengths). Attention inside a row is dense with a block-diagonal mask: (C^2 per row).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from turbotrain.utils.warnings import warn_once
+
+IGNORE_INDEX = -100
+SEQUENCE_STARTS = "turbotrain_sequence_starts"
+PADDED_LABELS = "turbotrain_padded_labels"
+PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS)
+FILL_VALUES = {"input_ids": None, "labels": IGNORE_INDEX}  # None: the pad token id
+
+
+@dataclass(frozen=True)
+class PackingSpec:
+    """What packing needs to know about the model."""
+
+    causal: bool
+    pad_token_id: int
+    position_offset: int = 0
+    multiple_of: int = 8
+
+
+def plan_rows(lengths: list[int], capacity: int) -> list[tuple[int, int]]:
+    """(row, offset) of each sequence, filled in batch order; a sequence never spans two rows."""
+    placements, row, used = [], 0, 0
+    for length in lengths:
+        if used + length > capacity:
+            row, used = row + 1, 0
+        placements.append((row, used))
+        used += length
+    return placements
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+def pack_batch(batch: dict, spec: PackingSpec) -> dict:
+    """The packed form of `batch` (see the module docstring). Padding-free batches come back unchanged."""
+    tokens = batch["attention_mask"].bool()
+    if tokens.all():
+        return batch
+    if (tokens[:, 1:] & ~tokens[:, :-1]).any():
+        warn_once("turbotrain: padding-free leaves left-padded batches padded (set the tokenizer's "
+                  "padding_side='right' to pack them).")
+        return batch
+    batch_size, _ = tokens.shape
+    lengths = tokens.sum(1)
+    capacity = _round_up(int(lengths.max()), spec.multiple_of)
+    placements = plan_rows(lengths.tolist(), capacity)
+    num_rows = placements[-1][0] + 1
+    starts = torch.tensor([row * capacity + offset for row, offset in placements], dtype=torch.long)
+
+    within = torch.arange(int(lengths.sum())) - torch.repeat_interleave(lengths.cumsum(0) - lengths, lengths)
+    destination = torch.repeat_interleave(starts, lengths) + within
+    segment = torch.full((num_rows * capacity,), -1, dtype=torch.long)
+    segment[destination] = torch.repeat_interleave(torch.arange(batch_size), lengths)
+    tail = segment < 0
+    segment[tail] = batch_size + torch.arange(num_rows * capacity)[tail] // capacity  # one block per row tail
+    positions = torch.zeros(num_rows * capacity, dtype=torch.long)
+    positions[destination] = within
+
+    packed = {}
+    for key, value in batch.items():
+        if key == "attention_mask":
+            continue
+        if torch.is_tensor(value) and value.dim() >= 2 and tuple(value.shape[:2]) == tuple(tokens.shape):
+            packed[key] = _scatter(value, tokens, destination, num_rows, capacity, _fill(key, spec))
+        else:
+            packed[key] = value
+    if "labels" in packed and packed["labels"].dim() == 2:
+        packed[PADDED_LABELS] = batch["labels"]
+        if spec.causal:
+            packed["labels"].view(-1)[starts] = IGNORE_INDEX
+    packed["position_ids"] = (positions + spec.position_offset).view(num_rows, capacity)
+    packed["attention_mask"] = _block_mask(segment.view(num_rows, capacity), spec.causal)
+    packed[SEQUENCE_STARTS] = starts
+    return packed
+
+
+def _fill(key: str, spec: PackingSpec) -> int:
+    fill = FILL_VALUES.get(key, 0)
+    return spec.pad_token_id if fill is None else fill
+
+
+def _scatter(value: torch.Tensor, tokens: torch.Tensor, destination: torch.Tensor, rows: int, capacity: int,
+             fill: int) -> torch.Tensor:
+    flat = value.new_full((rows * capacity, *value.shape[2:]), fill)
+    flat[destination] = value[tokens]
+    return flat.view(rows, capacity, *value.shape[2:])
+
+
+def _block_mask(segment: torch.Tensor, causal: bool) -> torch.Tensor:
+    """[R, 1, C, C] bool: True where query and key belong to the same sequence (and key <= query if causal)."""
+    same = segment[:, :, None] == segment[:, None, :]
+    if causal:
+        capacity = segment.shape[1]
+        same &= torch.ones(capacity, capacity, dtype=torch.bool).tril()
+    return same[:, None]

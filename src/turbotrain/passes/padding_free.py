@@ -1,0 +1,220 @@
+"""Padding-free training: train on packed rows (see packing.py) instead of padded batches, exactly.
+
+Contract
+--------
+Supported: masked-LM, causal-LM and token-classification models of any family whose attention takes
+a prepared 4-D mask (Transformers' `masking_utils` passes such masks through unchanged to the model's
+registered attention: SDPA, or eager with the mask made additive here), and encoder sequence
+classification (BERT, RoBERTa, DistilBERT, ...). Nothing in the model's code changes: the batch
+carries `position_ids` that restart per sequence and a block-diagonal mask, so each sequence sees
+exactly what it saw alone in its padded row, and the loss is the same token-weighted loss.
+
+Sequence classification pools one output per sequence: a hook gathers each sequence's first token,
+[R, C, H] -> [N, 1, H], where the model pools (the base model's `pooler` input if it has one, else the
+base model's output), so the classifier sees the N pooled rows the padded batch would give.
+
+Exact: same loss and gradients as the padded batch up to float summation order (fp32 ~1e-6) in
+eval mode or without dropout. With dropout the packed tensors have other shapes than the padded
+ones, so dropout draws other masks: the same distribution, not the same numbers step by step.
+
+Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
+the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
+choice: their labels are positions in the padded row), attention implementations that take no
+4-D mask (flash-attention), and any model whose self-check (padded vs packed loss on a small
+synthetic batch of uneven lengths) disagrees.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from transformers.models.auto.modeling_auto import (
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+    MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
+    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
+)
+
+from turbotrain.passes.label_sparsity import is_causal_lm
+from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.utils.warnings import warn_once
+
+PER_TOKEN_TASKS = (MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                   MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES)
+MASKED_ATTENTION = {"sdpa", "eager"}
+
+
+class PackingCollator:
+    """Wraps a padding collator: collate as before (same masking draws), then pack the result."""
+
+    def __init__(self, inner, spec: PackingSpec):
+        self.inner, self.spec = inner, spec
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        mask = batch.get("attention_mask") if hasattr(batch, "get") else None
+        if mask is None or mask.dim() != 2:
+            return batch
+        return pack_batch(dict(batch), self.spec)
+
+
+def _task(model: nn.Module) -> str | None:
+    name = type(model).__name__
+    if name in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.values():
+        return "sequence_classification"
+    if any(name in mapping.values() for mapping in PER_TOKEN_TASKS):
+        return "per_token"
+    return None
+
+
+def _position_offset(model: nn.Module) -> int:
+    """RoBERTa-style embeddings count positions from padding_idx + 1; others from 0."""
+    embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
+    if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
+        return int(embeddings.padding_idx) + 1
+    return 0
+
+
+def has_causal_attention(model: nn.Module) -> bool:
+    """True when the model's attention layers are causal (their `is_causal` flag), whatever its head."""
+    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    return any(flags) or bool(getattr(model.config, "is_decoder", False)) or is_causal_lm(model)
+
+
+def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
+    config = model.config
+    causal = has_causal_attention(model)
+    pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
+    return PackingSpec(causal=causal, pad_token_id=int(pad), position_offset=_position_offset(model),
+                       multiple_of=multiple_of)
+
+
+class PaddingFree:
+    """The installed pass: the packing spec, and hooks that route per-sequence pooling."""
+
+    def __init__(self, model: nn.Module, spec: PackingSpec, pools: bool):
+        self.model, self.spec = model, spec
+        self._starts: torch.Tensor | None = None
+        self._handles = [
+            model.register_forward_pre_hook(self._take_starts, with_kwargs=True),
+            model.register_forward_hook(self._clear, always_call=True),
+        ]
+        if pools:
+            self._handles.append(self._install_pool_gather(model))
+
+    def collator(self, inner) -> PackingCollator:
+        return PackingCollator(inner, self.spec)
+
+    def remove(self) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+    def _install_pool_gather(self, model: nn.Module):
+        base = model.base_model
+        pooler = getattr(base, "pooler", None)
+        if pooler is not None:
+            return pooler.register_forward_pre_hook(lambda m, args: (self._gather(args[0]), *args[1:]))
+        return base.register_forward_hook(self._gather_base_output)
+
+    def _gather(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._starts is None:
+            return hidden
+        return hidden.reshape(-1, hidden.shape[-1]).index_select(0, self._starts).unsqueeze(1)
+
+    def _gather_base_output(self, module, args, output):
+        if self._starts is None:
+            return None
+        if isinstance(output, tuple):
+            return (self._gather(output[0]), *output[1:])
+        output.last_hidden_state = self._gather(output.last_hidden_state)
+        return output
+
+    def _take_starts(self, module, args, kwargs):
+        if SEQUENCE_STARTS not in kwargs:
+            return None
+        self._starts = kwargs[SEQUENCE_STARTS]
+        kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
+        mask = kwargs.get("attention_mask")
+        if mask is not None and mask.dim() == 4 and module.config._attn_implementation == "eager":
+            dtype = next(module.parameters()).dtype
+            kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
+                ~mask, torch.finfo(dtype).min)
+        return args, kwargs
+
+    def _clear(self, module, args, output):
+        self._starts = None
+
+
+def _synthetic_padded_batch(model: nn.Module, task: str, causal: bool) -> dict:
+    """Three sequences of lengths 6, 2 and 9, right-padded, with labels, from a private RNG."""
+    generator = torch.Generator().manual_seed(4321)
+    lengths = torch.tensor([6, 2, 9])
+    vocab = model.config.vocab_size
+    input_ids = torch.randint(4, max(vocab, 5), (3, 9), generator=generator)
+    attention_mask = (torch.arange(9)[None, :] < lengths[:, None]).long()
+    input_ids[attention_mask == 0] = packing_spec(model).pad_token_id
+    if task == "sequence_classification":
+        labels = torch.randint(0, max(model.config.num_labels, 1), (3,), generator=generator)
+    else:
+        labels = input_ids.clone()
+        labels[attention_mask == 0] = -100
+        if not causal:
+            labels[:, ::3] = -100
+    device = next(model.parameters()).device
+    return {k: v.to(device) for k, v in
+            {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}.items()}
+
+
+def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | None:
+    """Padded vs packed loss on a small uneven batch; a description of the mismatch, or None."""
+    padded = _synthetic_padded_batch(model, task, installed.spec.causal)
+    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, installed.spec)
+    device = next(model.parameters()).device
+    packed = {k: v.to(device) for k, v in packed.items()}
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            dense, compact = model(**padded).loss, model(**packed).loss
+    except Exception as error:  # never let the check take training down
+        return f"the packed forward raised {type(error).__name__}: {error}"
+    finally:
+        model.train(was_training)
+    if dense is None or compact is None:
+        return "the model returned no loss"
+    tolerance = 1e-4 if dense.dtype == torch.float32 else 2e-2
+    if not torch.allclose(compact.float(), dense.float(), rtol=tolerance, atol=tolerance):
+        return f"packed loss {compact.item():.6g} differs from padded loss {dense.item():.6g}"
+    return None
+
+
+def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | None:
+    if task is None:
+        return "its task is not masked-LM, causal-LM, token or sequence classification"
+    if task == "sequence_classification" and spec.causal:
+        return "decoder sequence classification pools the last non-pad token of each padded row"
+    implementation = getattr(model.config, "_attn_implementation", None)
+    if implementation not in MASKED_ATTENTION:
+        return f"its attention implementation '{implementation}' takes no 4-D mask (use 'sdpa')"
+    return None
+
+
+def apply_padding_free(model: nn.Module, check: bool = True, multiple_of: int = 8) -> PaddingFree | None:
+    """Install padding-free training on `model`; return the pass, or None (with one warning)."""
+    name = type(model).__name__
+    if not hasattr(model, "config") or not hasattr(model, "base_model"):
+        warn_once(f"turbotrain: padding-free left {name} padded: it is not a Transformers model.")
+        return None
+    task, spec = _task(model), packing_spec(model, multiple_of)
+    problem = _refusal(model, task, spec)
+    installed = None
+    if problem is None:
+        installed = PaddingFree(model, spec, pools=task == "sequence_classification")
+        problem = self_check(model, installed, task) if check else None
+    if problem is not None:
+        if installed is not None:
+            installed.remove()
+        warn_once(f"turbotrain: padding-free left {name} padded: {problem}.")
+        return None
+    return installed

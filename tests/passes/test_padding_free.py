@@ -1,0 +1,111 @@
+"""Padded and packed forms of the same batch give the same loss and gradients, for every family and task."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.passes.test_label_sparsity import assert_same
+from tests.tiny_models import CAUSAL, ENCODERS, FAMILIES, make, padded_batch
+from turbotrain import optimize
+from turbotrain.passes.packing import SEQUENCE_STARTS, PackingSpec, pack_batch, plan_rows
+from turbotrain.utils.warnings import TurbotrainWarning
+
+SHAPES = {
+    "odd": [5, 37, 1, 12],
+    "one_long_many_short": [100, 1, 2, 3, 1, 5, 2, 1, 7],
+    "all_length_one": [1, 1, 1],
+}
+CASES = [(f, "lm") for f in FAMILIES] + [(f, "cls") for f in ENCODERS]
+
+
+def loss_and_grads(model, inputs):
+    model.zero_grad(set_to_none=True)
+    out = model(**inputs)
+    out.loss.backward()
+    return out.loss.detach(), {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
+
+
+def padded_and_packed(family, task, lengths, **batch_kw):
+    model = make(family, task=task, dropout=False)
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None, f"padding-free did not apply to {family} {task}"
+    padded = padded_batch(lengths, task=task, pad_token_id=report.padding_free.spec.pad_token_id, **batch_kw)
+    packed = report.collator(lambda features: features)(dict(padded))
+    return model, padded, packed
+
+
+@pytest.mark.parametrize("family,task", CASES)
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_packed_loss_and_grads_match_padded(family, task, shape):
+    model, padded, packed = padded_and_packed(family, task, SHAPES[shape])
+    assert packed["input_ids"].numel() < padded["input_ids"].numel() or shape == "all_length_one"
+    model.eval()  # no dropout: the packed tensors have other shapes, so dropout would draw other masks
+    assert_same(loss_and_grads(model, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+def test_left_padded_batch_stays_padded_with_a_warning():
+    padded = padded_batch(SHAPES["odd"], left=True)
+    with pytest.warns(TurbotrainWarning, match="left-padded"):
+        assert pack_batch(padded, PackingSpec(causal=False, pad_token_id=0)) is padded
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_free_with_label_sparsity_in_training_mode(family):
+    stock = make(family, dropout=False)
+    fast = copy.deepcopy(stock)
+    report = optimize(fast)
+    assert report.applied == ["label_sparsity", "padding_free"]
+    padded = padded_batch(SHAPES["one_long_many_short"], pad_token_id=report.padding_free.spec.pad_token_id, keep=0.4)
+    packed = report.collator(lambda features: features)(dict(padded))
+    stock.train(), fast.train()
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(fast, packed), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_bf16_packed_matches_padded_loosely(family):
+    model, padded, packed = padded_and_packed(family, "lm", SHAPES["odd"])
+    model.to(torch.bfloat16).eval()
+    assert_same(loss_and_grads(model, padded), loss_and_grads(model, packed), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_eager_attention_takes_the_mask_as_additive(family):
+    model, padded, packed = padded_and_packed(family, "lm", SHAPES["odd"])
+    model.set_attn_implementation("eager")
+    model.eval()
+    assert_same(loss_and_grads(model, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family", sorted(CAUSAL))
+def test_decoder_sequence_classification_is_refused_with_a_warning(family):
+    with pytest.warns(TurbotrainWarning, match="decoder sequence classification"):
+        report = optimize(make(family, task="cls"), label_sparsity=False)
+    assert report.padding_free is None and report.skipped == ["padding_free"]
+
+
+def test_pack_batch_layout():
+    padded = padded_batch([3, 1, 4], pad_token_id=0)
+    packed = pack_batch(padded, PackingSpec(causal=True, pad_token_id=0, position_offset=2, multiple_of=4))
+    assert packed["input_ids"].shape == (2, 4)  # rows [3 + 1], [4]
+    assert packed["position_ids"].tolist() == [[2, 3, 4, 2], [2, 3, 4, 5]]
+    assert packed[SEQUENCE_STARTS].tolist() == [0, 3, 4]
+    assert packed["labels"].view(-1)[packed[SEQUENCE_STARTS]].eq(-100).all()  # no prediction across sequences
+    mask = packed["attention_mask"][0, 0]
+    assert mask[3, :3].sum() == 0 and mask[2, :3].tolist() == [True, True, True] and not mask[0, 1]
+
+
+def test_unpadded_batch_is_left_alone():
+    batch = {"input_ids": torch.ones(2, 5, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long)}
+    assert pack_batch(batch, PackingSpec(causal=False, pad_token_id=0)) is batch
+
+
+@pytest.mark.parametrize("lengths,capacity,expected", [
+    ([3, 1, 4], 4, [(0, 0), (0, 3), (1, 0)]),
+    ([4, 4, 4], 4, [(0, 0), (1, 0), (2, 0)]),
+    ([1, 1, 1, 1], 8, [(0, 0), (0, 1), (0, 2), (0, 3)]),
+])
+def test_plan_rows_fills_in_order(lengths, capacity, expected):
+    assert plan_rows(lengths, capacity) == expected

@@ -1,0 +1,50 @@
+"""TurboTrainer packs padded training batches: same losses as stock dynamic padding, eval stays padded."""
+
+from __future__ import annotations
+
+import pytest
+from transformers import Trainer, TrainingArguments
+
+from tests.tiny_models import make
+from tests.trainer_helpers import COMMON, RightPaddingCollator, assert_losses_close, train_losses, variable_length_dataset
+from turbotrain import TurboTrainer, TurboTrainingArguments
+
+
+def run(trainer_class, args_class, family, task, tmp_path, **overrides):
+    model = make(family, task=task, dropout=False)
+    args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **{**COMMON, **overrides})
+    return trainer_class(model=model, args=args, train_dataset=variable_length_dataset(task=task),
+                         data_collator=RightPaddingCollator(model.config.pad_token_id or 0))
+
+
+@pytest.mark.parametrize("family,task", [("roberta", "lm"), ("gpt2", "lm"), ("bert", "cls"), ("distilbert", "cls")])
+def test_golden_losses_packed_match_stock_dynamic_padding(family, task, tmp_path):
+    stock = train_losses(run(Trainer, TrainingArguments, family, task, tmp_path))
+    turbo = run(TurboTrainer, TurboTrainingArguments, family, task, tmp_path)
+    assert "padding_free" in turbo.turbo_report.applied
+    assert_losses_close(train_losses(turbo), stock)
+    assert len(set(stock)) == len(stock)
+
+
+def test_training_batches_are_packed_and_eval_batches_are_not(tmp_path):
+    trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path)
+    train_batch = next(iter(trainer.get_train_dataloader()))
+    assert train_batch["attention_mask"].dim() == 4 and "position_ids" in train_batch
+    eval_batch = next(iter(trainer.get_eval_dataloader(variable_length_dataset(n=8, seed=1))))
+    assert eval_batch["attention_mask"].dim() == 2
+
+
+def test_evaluate_returns_padded_full_logits(tmp_path):
+    seen = {}
+    trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, max_steps=2)
+    trainer.compute_metrics = lambda p: seen.setdefault("shape", p.predictions.shape) and {}
+    trainer.train()
+    eval_set = variable_length_dataset(n=4, seed=2, max_len=9)
+    trainer.evaluate(eval_dataset=eval_set)
+    assert seen["shape"][0] == 4 and seen["shape"][2] == trainer.model.config.vocab_size
+
+
+def test_padding_free_can_be_turned_off(tmp_path):
+    trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, padding_free=False)
+    assert "padding_free" not in trainer.turbo_report.applied
+    assert next(iter(trainer.get_train_dataloader()))["attention_mask"].dim() == 2
