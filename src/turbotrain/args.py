@@ -6,6 +6,7 @@ backend          "auto" | "eager" | "inductor" (and any registered backend). "au
 label_sparsity   run the output head and loss only on rows with a label (exact; see passes/label_sparsity.py).
 fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
 padding_free     pack padded training batches into rows with per-sequence attention (see passes/padding_free.py).
+max_tokens_per_batch  batches filled up to a token budget instead of a fixed size (data/token_budget.py).
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -41,6 +42,12 @@ class TurboTrainingArguments(TrainingArguments):
                           "is supported and the collator pads (exact without dropout)."},
     )
 
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={"help": "Fill each training batch with examples up to this many tokens, instead of "
+                          "per_device_train_batch_size examples (pairs well with padding_free)."},
+    )
+
     def __post_init__(self):
         if str(self.optim) == ORT_FUSED_ALIAS:
             self.optim = "adamw_torch_fused"
@@ -49,6 +56,8 @@ class TurboTrainingArguments(TrainingArguments):
         for name in ("label_sparsity", "fused_optimizer", "padding_free"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
+            raise ValueError(f"max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}")
         super().__post_init__()
 
     @property
@@ -65,11 +74,13 @@ class TurboOptions:
     label_sparsity: bool = True
     fused_optimizer: bool = True
     padding_free: bool = True
+    max_tokens_per_batch: int | None = None
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> "TurboOptions":
         if isinstance(args, TurboTrainingArguments):
-            return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free)
+            return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free,
+                       args.max_tokens_per_batch)
         return cls()
 
     def backend_for(self, device: torch.device) -> str:

@@ -47,6 +47,10 @@ def _bench_parser(sub) -> None:
     p.add_argument("--peers", nargs="+", default=list(d.peers), help="subset of: stock compiled turbo")
     p.add_argument("--backend", default=d.backend, choices=valid_choices(), help="TurboTrainer's backend")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
+    p.add_argument("--lengths", default=d.lengths, choices=["fixed", "variable"],
+                   help="fixed blocks, or paragraphs at their natural lengths with dynamic padding")
+    p.add_argument("--task", default=d.task, choices=["mlm", "cls"], help="cls needs --lengths variable")
+    p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
     _add_model_flags(p, d)
 
 

@@ -8,6 +8,7 @@ It hooks in only through Trainer's overridable methods and never copies the trai
   search re-initialises the model per trial).
 * `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
   prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* `_get_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
 * `_get_num_items_in_batch`: Trainer counts the loss's items on the padded labels that packed
   batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
 
@@ -28,6 +29,7 @@ from transformers import Trainer, TrainingArguments
 
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
+from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -83,6 +85,15 @@ class TurboTrainer(Trainer):
             return super().get_train_dataloader()
         finally:
             self.data_collator = user_collator
+
+    def _get_train_sampler(self, train_dataset=None):
+        budget = self.turbo_options.max_tokens_per_batch
+        if budget is None:
+            return super()._get_train_sampler(train_dataset)
+        dataset = train_dataset if train_dataset is not None else self.train_dataset
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return TokenBudgetBatchSampler(example_lengths(dataset), budget, seed=seed,
+                                       rank=self.args.process_index, world_size=self.args.world_size)
 
     def _get_num_items_in_batch(self, batch_samples, device):
         if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):

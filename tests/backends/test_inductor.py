@@ -13,3 +13,38 @@ def test_inductor_golden_losses_match_stock(tmp_path):
     turbo = turbo_trainer("roberta", tmp_path, backend="inductor", **kw)
     assert turbo.backend.name == "inductor" and turbo.model._compiled_call_impl is not None
     assert_losses_close(train_losses(turbo), train_losses(stock_trainer("roberta", tmp_path, **kw)), rtol=1e-5)
+
+
+@pytest.mark.compile
+def test_inductor_with_packing_stops_recompiling_and_matches_stock(tmp_path, monkeypatch):
+    """Packed shapes change every step; after Dynamo marks them dynamic, no step compiles again."""
+    from transformers import Trainer, TrainerCallback, TrainingArguments
+
+    from tests.tiny_models import make
+    from tests.trainer_helpers import COMMON, RightPaddingCollator, variable_length_dataset
+    from turbotrain import TurboTrainer, TurboTrainingArguments
+    from turbotrain.backends import inductor
+
+    compiles = []
+    original = inductor.exact_inductor
+    monkeypatch.setattr(inductor, "exact_inductor", lambda gm, inputs: compiles.append(1) or original(gm, inputs))
+
+    class CompileCount(TrainerCallback):
+        def __init__(self):
+            self.after_step = []
+
+        def on_step_end(self, args, state, control, **kwargs):
+            self.after_step.append(len(compiles))
+
+    def build(trainer_class, args_class, **extra):
+        model = make("roberta", dropout=False)
+        args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **{**COMMON, "max_steps": 8}, **extra)
+        return trainer_class(model=model, args=args, train_dataset=variable_length_dataset(),
+                             data_collator=RightPaddingCollator(1))
+
+    counter = CompileCount()
+    turbo = build(TurboTrainer, TurboTrainingArguments, backend="inductor")
+    turbo.add_callback(counter)
+    turbo_losses = train_losses(turbo)
+    assert counter.after_step[3] == counter.after_step[-1], f"compiles per step: {counter.after_step}"
+    assert_losses_close(turbo_losses, train_losses(build(Trainer, TrainingArguments)), rtol=1e-4)

@@ -89,11 +89,12 @@ def test_decoder_sequence_classification_is_refused_with_a_warning(family):
 def test_pack_batch_layout():
     padded = padded_batch([3, 1, 4], pad_token_id=0)
     packed = pack_batch(padded, PackingSpec(causal=True, pad_token_id=0, position_offset=2, multiple_of=4))
-    assert packed["input_ids"].shape == (2, 4)  # rows [3 + 1], [4]
-    assert packed["position_ids"].tolist() == [[2, 3, 4, 2], [2, 3, 4, 5]]
-    assert packed[SEQUENCE_STARTS].tolist() == [0, 3, 4]
+    assert packed["input_ids"].shape == (2, 4)  # rows [4], [3 + 1]: longest first
+    assert packed["position_ids"].tolist() == [[2, 3, 4, 5], [2, 3, 4, 2]]
+    assert packed[SEQUENCE_STARTS].tolist() == [4, 7, 0]  # in batch order
+    assert packed["input_ids"].view(-1)[4:7].tolist() == padded["input_ids"][0, :3].tolist()
     assert packed["labels"].view(-1)[packed[SEQUENCE_STARTS]].eq(-100).all()  # no prediction across sequences
-    mask = packed["attention_mask"][0, 0]
+    mask = packed["attention_mask"][1, 0]
     assert mask[3, :3].sum() == 0 and mask[2, :3].tolist() == [True, True, True] and not mask[0, 1]
 
 
@@ -103,9 +104,10 @@ def test_unpadded_batch_is_left_alone():
 
 
 @pytest.mark.parametrize("lengths,capacity,expected", [
-    ([3, 1, 4], 4, [(0, 0), (0, 3), (1, 0)]),
+    ([3, 1, 4], 4, [(1, 0), (1, 3), (0, 0)]),
     ([4, 4, 4], 4, [(0, 0), (1, 0), (2, 0)]),
     ([1, 1, 1, 1], 8, [(0, 0), (0, 1), (0, 2), (0, 3)]),
+    ([2, 5, 3, 6], 8, [(0, 6), (1, 0), (1, 5), (0, 0)]),
 ])
-def test_plan_rows_fills_in_order(lengths, capacity, expected):
+def test_plan_rows_first_fit_decreasing(lengths, capacity, expected):
     assert plan_rows(lengths, capacity) == expected

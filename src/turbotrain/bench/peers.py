@@ -14,6 +14,24 @@ from turbotrain.data import MaskedLMData
 from turbotrain.trainer import TurboTrainer
 
 
+class CountingCollator:
+    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.real: list[int] = []
+        self.padded: list[int] = []
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        mask = batch.get("attention_mask")
+        if mask is None:
+            mask = torch.ones_like(batch["input_ids"])
+        self.real.append(int(mask.sum()))
+        self.padded.append(mask.numel())
+        return batch
+
+
 class StepClock(TrainerCallback):
     """Wall time of every optimizer step, data loading and collation included (end to end)."""
 
@@ -44,10 +62,10 @@ def _common(workload: Workload, output_dir: str) -> dict:
     )
 
 
-def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, output_dir: str) -> Trainer:
+def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, collator, output_dir: str) -> Trainer:
     """A fresh trainer for `peer` on a fresh copy of `model`."""
     model = copy.deepcopy(model)
-    kw = dict(train_dataset=data.train, data_collator=data.collator)
+    kw = dict(train_dataset=data.train, data_collator=collator)
     if peer == "stock":
         return Trainer(model=model, args=TrainingArguments(**_common(workload, output_dir)), **kw)
     if peer == "compiled":

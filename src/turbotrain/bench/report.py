@@ -75,8 +75,10 @@ def rows(result: dict) -> list[list[str]]:
 def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
+    task = "MLM" if w["task"] == "mlm" else "sequence classification"
+    lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
     lines = [
-        f"### {env['date']}: RoBERTa MLM h{w['hidden_size']} L{w['num_layers']} seq {w['seq_len']} "
+        f"### {env['date']}: RoBERTa {task} h{w['hidden_size']} L{w['num_layers']} {lengths} "
         f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}",
         "",
         f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "
@@ -84,12 +86,24 @@ def markdown(result: dict) -> str:
         f"Command: `{result.get('command', 'turbotrain bench')}`",
         f"Rounds {w['rounds']} x {w['steps']} measured steps (+{w['warmup']} warm-up) per peer, interleaved; "
         f"memory: {result['memory_kind']}.",
+        *_data_lines(result),
         "",
         "| " + " | ".join(title for title, _ in COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
     ]
     lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
     return "\n".join(lines) + "\n"
+
+
+def _data_lines(result: dict) -> list[str]:
+    lines = []
+    if "padding_share" in result:
+        lines.append(f"Padding share of stock's batches (measured steps): {result['padding_share']:.0%}; "
+                     f"tokens/s counts real tokens only.")
+    if "length_histogram" in result:
+        shown = ", ".join(f"{k}: {v:,}" for k, v in result["length_histogram"].items())
+        lines.append(f"Example lengths (tokens): {shown}.")
+    return lines
 
 
 def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[Path]:
@@ -104,5 +118,7 @@ def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[P
     for r in rows(result):
         table.add_row(*r)
     console.print(table)
+    for line in _data_lines(result):
+        console.print(line)
     console.print(f"wrote {json_path} and {md_path}")
     return [json_path, md_path]

@@ -1,8 +1,10 @@
 """Interleaved runs: for each round, every peer trains `warmup + steps` steps from the same initial
 weights on the same batches (A B C A B C ...). Per peer it reports:
 
-* tokens/s: median over every measured step of every round (warm-up steps excluded), where a step is
-  one optimizer step end to end (data loading, collation, forward, backward, optimizer, logging);
+* tokens/s: median over every measured step of every round (warm-up steps excluded) of the step's
+  real tokens (padding not counted) over its wall time, a step being one optimizer step end to end
+  (data loading, collation, forward, backward, optimizer, logging). Every peer gets the same batches;
+* padding share: the share of stock's padded batch that is padding, over the measured steps;
 * ratio: that median over the stock peer's;
 * first step: seconds of the first step of round 1 (compilation lands here), reported apart;
 * peak memory: the largest segment peak over the rounds (see memory.py);
@@ -21,21 +23,31 @@ from rich.progress import Progress
 from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.bench.memory import PeakMemory
-from turbotrain.bench.peers import StepClock, build_trainer
+from turbotrain.bench.peers import CountingCollator, StepClock, build_trainer
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import Workload
+from turbotrain.data.variable import length_histogram
 
 
 @dataclass
 class PeerRuns:
     name: str
     step_seconds: list[list[float]] = field(default_factory=list)
+    step_tokens: list[list[int]] = field(default_factory=list)
+    step_padded: list[list[int]] = field(default_factory=list)
     losses: list[list[float]] = field(default_factory=list)
     peaks_mb: list[float] = field(default_factory=list)
     backend: str = ""
 
-    def measured(self, warmup: int) -> list[float]:
-        return [s for seconds in self.step_seconds for s in seconds[warmup:]]
+    def throughputs(self, warmup: int) -> list[float]:
+        """Real tokens per second of every measured step."""
+        return [t / s for seconds, tokens in zip(self.step_seconds, self.step_tokens)
+                for s, t in list(zip(seconds, tokens))[warmup:]]
+
+    def padding_share(self, warmup: int) -> float:
+        real = sum(t for tokens in self.step_tokens for t in tokens[warmup:])
+        padded = sum(p for padded in self.step_padded for p in padded[warmup:])
+        return 1 - real / padded if padded else 0.0
 
 
 def interleaved_order(peers: tuple[str, ...], rounds: int) -> list[tuple[int, str]]:
@@ -45,7 +57,8 @@ def interleaved_order(peers: tuple[str, ...], rounds: int) -> list[tuple[int, st
 
 def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memory: PeakMemory) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(peer, workload, model, data, tmp)
+        collator = CountingCollator(data.collator)
+        trainer = build_trainer(peer, workload, model, data, collator, tmp)
         clock = StepClock()
         trainer.add_callback(clock)
         trainer.remove_callback(PrinterCallback)
@@ -53,6 +66,9 @@ def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memo
         trainer.train()
         peak = memory.peak_mb()
     runs.step_seconds.append(clock.step_seconds())
+    steps = len(runs.step_seconds[-1])
+    runs.step_tokens.append(collator.real[:steps])
+    runs.step_padded.append(collator.padded[:steps])
     runs.losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
     if peak is not None:
         runs.peaks_mb.append(peak)
@@ -71,11 +87,9 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str) -
     stock = runs.get("stock")
     rows = {}
     for name, peer in runs.items():
-        measured = peer.measured(workload.warmup)
-        median = statistics.median(measured)
         row = {
-            "tokens_per_s": workload.tokens_per_step / median,
-            "median_step_s": median,
+            "tokens_per_s": statistics.median(peer.throughputs(workload.warmup)),
+            "median_step_s": statistics.median(s for seconds in peer.step_seconds for s in seconds[workload.warmup:]),
             "first_step_s": peer.step_seconds[0][0],
             "peak_memory_mb": max(peer.peaks_mb) if peer.peaks_mb else None,
             "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
@@ -87,7 +101,11 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str) -
     if stock is not None:
         for row in rows.values():
             row["ratio_to_stock"] = row["tokens_per_s"] / rows["stock"]["tokens_per_s"]
-    return {"workload": workload.describe(), "command": workload.command(), "memory_kind": memory_kind, "environment": environment(), "peers": rows}
+    result = {"workload": workload.describe(), "command": workload.command(), "memory_kind": memory_kind,
+              "environment": environment(), "peers": rows}
+    if stock is not None:
+        result["padding_share"] = stock.padding_share(workload.warmup)
+    return result
 
 
 def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console | None = None) -> dict:
@@ -106,6 +124,8 @@ def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console |
             run_segment(peer, workload, model, data, runs[peer], memory)
             progress.advance(task)
     result = summarize(workload, runs, memory.kind)
+    if workload.lengths == "variable":
+        result["length_histogram"] = length_histogram([len(ids) for ids in data.train["input_ids"]])
     paths = write_reports(result, out_dir, console)
     result["files"] = [str(p) for p in paths]
     return result

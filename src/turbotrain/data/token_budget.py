@@ -1,0 +1,73 @@
+"""Token-budget batches: as many examples per batch as fit in `max_tokens` (an alternative to a fixed
+batch size, for padding-free training where a batch costs its real tokens).
+
+Per epoch the examples are shuffled (seed + epoch), then taken in that order into a batch until the
+next one would push the sum of lengths past `max_tokens`; an example longer than the budget makes a
+batch of its own. With several data-parallel ranks, batch i goes to rank i mod world_size, and the
+epoch is cut to a multiple of world_size so every rank takes the same number of steps.
+
+Not an exact rewrite: it changes which examples share a step (that is its purpose). The number of
+batches can differ by a few between epochs; Trainer sizes an epoch from the first one.
+
+It subclasses Transformers' `BatchRebalanceSampler` only to be handed to the DataLoader as a
+rank-aware `batch_sampler` (Trainer's documented route for per-rank variable-size batches).
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.trainer_pt_utils import BatchRebalanceSampler
+
+
+def example_lengths(dataset, key: str = "input_ids") -> list[int]:
+    """Token length of every example: a `length` column if the dataset has one, else len(example[key])."""
+    columns = getattr(dataset, "column_names", None) or []
+    if "length" in columns:
+        return [int(n) for n in dataset["length"]]
+    if key in columns:
+        return [len(ids) for ids in dataset[key]]
+    return [len(dataset[i][key]) for i in range(len(dataset))]
+
+
+def plan_batches(order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    batches, current, used = [], [], 0
+    for index in order:
+        length = lengths[index]
+        if current and used + length > max_tokens:
+            batches.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += length
+    if current:
+        batches.append(current)
+    return batches
+
+
+class TokenBudgetBatchSampler(BatchRebalanceSampler):
+    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 0, shuffle: bool = True,
+                 rank: int = 0, world_size: int = 1):
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens_per_batch must be positive, got {max_tokens}")
+        if not lengths:
+            raise ValueError("token-budget batching needs a non-empty dataset")
+        self.lengths, self.max_tokens, self.seed, self.shuffle = list(lengths), max_tokens, seed, shuffle
+        self.rank, self.world_size, self.epoch = rank, world_size, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _epoch_batches(self) -> list[list[int]]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(len(self.lengths), generator=generator).tolist()
+        else:
+            order = list(range(len(self.lengths)))
+        batches = plan_batches(order, self.lengths, self.max_tokens)
+        usable = len(batches) - len(batches) % self.world_size if len(batches) >= self.world_size else 0
+        return batches[self.rank:usable:self.world_size]
+
+    def __iter__(self):
+        return iter(self._epoch_batches())
+
+    def __len__(self) -> int:
+        return len(self._epoch_batches())
