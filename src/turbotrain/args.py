@@ -7,6 +7,7 @@ label_sparsity   run the output head and loss only on rows with a label (exact; 
 fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
 padding_free     pack padded training batches into rows with per-sequence attention (see passes/padding_free.py).
 max_tokens_per_batch  batches filled up to a token budget instead of a fixed size (data/token_budget.py).
+embedding_grad   keep the input embedding's gradient in a persistent buffer (exact; passes/embedding_grad.py).
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -42,6 +43,11 @@ class TurboTrainingArguments(TrainingArguments):
                           "is supported and the collator pads (exact without dropout)."},
     )
 
+    embedding_grad: bool = field(
+        default=True,
+        metadata={"help": "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh "
+                          "vocabulary-sized tensor every step (exact)."},
+    )
     max_tokens_per_batch: int | None = field(
         default=None,
         metadata={"help": "Fill each training batch with examples up to this many tokens, instead of "
@@ -53,7 +59,7 @@ class TurboTrainingArguments(TrainingArguments):
             self.optim = "adamw_torch_fused"
         if self.backend not in valid_choices():
             raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
-        for name in ("label_sparsity", "fused_optimizer", "padding_free"):
+        for name in ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
@@ -75,12 +81,13 @@ class TurboOptions:
     fused_optimizer: bool = True
     padding_free: bool = True
     max_tokens_per_batch: int | None = None
+    embedding_grad: bool = True
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> "TurboOptions":
         if isinstance(args, TurboTrainingArguments):
             return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free,
-                       args.max_tokens_per_batch)
+                       args.max_tokens_per_batch, args.embedding_grad)
         return cls()
 
     def backend_for(self, device: torch.device) -> str:

@@ -70,7 +70,8 @@ class TurboTrainer(Trainer):
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(model, label_sparsity=self._sparsity_allowed,
-                                     padding_free=self.turbo_options.padding_free)
+                                     padding_free=self.turbo_options.padding_free,
+                                     embedding_grad=self.turbo_options.embedding_grad)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:

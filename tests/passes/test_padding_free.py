@@ -57,7 +57,7 @@ def test_padding_free_with_label_sparsity_in_training_mode(family):
     stock = make(family, dropout=False)
     fast = copy.deepcopy(stock)
     report = optimize(fast)
-    assert report.applied == ["label_sparsity", "padding_free"]
+    assert {"label_sparsity", "padding_free"} <= set(report.applied)
     padded = padded_batch(SHAPES["one_long_many_short"], pad_token_id=report.padding_free.spec.pad_token_id, keep=0.4)
     packed = report.collator(lambda features: features)(dict(padded))
     stock.train(), fast.train()

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
 
@@ -24,11 +25,13 @@ class OptimizeReport:
     model_name: str
     label_sparsity: LabelSparsity | None = None
     padding_free: PaddingFree | None = None
+    embedding_grad: BufferedEmbeddingGrad | None = None
     skipped: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> list[str]:
-        return [name for name in ("label_sparsity", "padding_free") if getattr(self, name) is not None]
+        names = ("label_sparsity", "padding_free", "embedding_grad")
+        return [name for name in names if getattr(self, name) is not None]
 
     def undo(self) -> None:
         for name in self.applied:
@@ -46,7 +49,7 @@ class OptimizeReport:
 
 
 def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: bool = True,
-             self_check: bool = True) -> OptimizeReport:
+             embedding_grad: bool = True, self_check: bool = True) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
     Padding-free training also needs the batches packed: pass your collator through
@@ -64,5 +67,7 @@ def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: boo
         report.padding_free = apply_padding_free(model, check=self_check)
         if report.padding_free is None:
             report.skipped.append("padding_free")
+    if embedding_grad:
+        report.embedding_grad = apply_embedding_grad(model)
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report

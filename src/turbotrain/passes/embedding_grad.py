@@ -1,0 +1,98 @@
+"""Embedding gradient without a fresh vocabulary-sized allocation every step.
+
+Stock `nn.Embedding` backward allocates a dense [V, H] zero tensor every step and adds the used rows
+into it. At V = 50,265 and H = 256 that is 51 MB, and since allocators hand blocks that large back to
+the operating system on free, every step pays page faults to get it again: ~20 ms per step on a
+2-core CPU, for a gradient whose non-zero rows are the few hundred token ids of the batch.
+
+This pass gives the input embedding a persistent gradient buffer. In backward it attaches the buffer
+(zeroed; its pages are already resident, ~4 ms) as `weight.grad` when the weight has none, and returns
+the used rows as a sparse gradient, which autograd's own accumulation adds into it in place. So
+gradient hooks (DDP's among them) still fire, tied weights (a decoder sharing the matrix) accumulate
+into the same `.grad`, and the optimizer sees an ordinary dense gradient.
+
+Exact: the same sums as stock (rows of the padding index get no gradient, as stock), up to the float
+order of duplicate-id accumulation (~1e-7 relative).
+Caveat: the buffer is reused, so a reference to a previous step's `weight.grad` kept past
+`zero_grad()` sees it zeroed and refilled. Under `torch.compile` the stock embedding is traced.
+Refused (stock embedding kept): `max_norm`, `scale_grad_by_freq` or `sparse=True` embeddings.
+"""
+
+from __future__ import annotations
+
+import types
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from turbotrain.utils.warnings import warn_once
+
+
+class _BufferedEmbedding(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, input_ids, weight, installed):
+        ctx.save_for_backward(input_ids)
+        ctx.installed, ctx.weight = installed, weight
+        return F.embedding(input_ids, weight, installed.padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (input_ids,) = ctx.saved_tensors
+        weight, installed = ctx.weight, ctx.installed
+        rows = input_ids.reshape(-1)
+        values = grad_output.reshape(rows.numel(), -1)
+        if installed.padding_idx is not None:
+            keep = rows != installed.padding_idx
+            rows, values = rows[keep], values[keep]
+        if weight.grad is None:
+            weight.grad = installed.zeroed_buffer(weight)
+        # ids were range-checked by F.embedding in forward, so the invariant check would only cost time
+        sparse = torch.sparse_coo_tensor(rows[None], values.to(weight.dtype), weight.shape, is_coalesced=False,
+                                         check_invariants=False)
+        return None, sparse, None
+
+
+class BufferedEmbeddingGrad:
+    """The installed pass on one `nn.Embedding`; `remove()` restores the stock forward."""
+
+    def __init__(self, embedding: nn.Embedding):
+        self.embedding = embedding
+        self.padding_idx = embedding.padding_idx
+        self._buffer: torch.Tensor | None = None
+        embedding.forward = types.MethodType(_forward, embedding)
+        embedding._turbotrain_embedding_grad = self
+
+    def zeroed_buffer(self, weight: torch.Tensor) -> torch.Tensor:
+        buffer = self._buffer
+        if buffer is None or buffer.shape != weight.shape or buffer.dtype != weight.dtype or \
+                buffer.device != weight.device:
+            buffer = self._buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
+        else:
+            buffer.zero_()
+        return buffer
+
+    def remove(self) -> None:
+        self.embedding.__dict__.pop("forward", None)
+        self.embedding.__dict__.pop("_turbotrain_embedding_grad", None)
+        self._buffer = None
+
+
+def _forward(self: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
+    installed = self._turbotrain_embedding_grad
+    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and self.weight.requires_grad):
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+    return _BufferedEmbedding.apply(input_ids, self.weight, installed)
+
+
+def apply_embedding_grad(model: nn.Module) -> BufferedEmbeddingGrad | None:
+    """Install the buffered gradient on the model's input embedding; None (with a warning) if it cannot."""
+    get_input = getattr(model, "get_input_embeddings", None)
+    embedding = get_input() if callable(get_input) else None
+    if type(embedding) is not nn.Embedding:
+        return None  # nothing to speed up (no table, or a custom embedding module): silently stock
+    if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
+        warn_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "
+                  "max_norm, scale_grad_by_freq or sparse gradients.")
+        return None
+    return BufferedEmbeddingGrad(embedding)

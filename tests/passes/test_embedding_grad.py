@@ -1,0 +1,60 @@
+"""The buffered embedding gradient equals stock's, across steps, micro-batches and tied weights."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from tests.tiny_models import FAMILIES, batch, make
+from turbotrain.passes.embedding_grad import apply_embedding_grad
+
+
+def grads_over_steps(model, steps=3, micro_batches=2):
+    """Gradients after each step of `micro_batches` accumulated backward passes."""
+    history = []
+    for step in range(steps):
+        model.zero_grad(set_to_none=True)
+        for micro in range(micro_batches):
+            model(**batch(3, 11, keep=0.5, seed=10 * step + micro)).loss.backward()
+        history.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    return history
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_gradients_match_stock_over_steps_and_micro_batches(family):
+    stock = make(family, dropout=False)
+    fast = copy.deepcopy(stock)
+    installed = apply_embedding_grad(fast)
+    assert installed is not None
+    for expected, got in zip(grads_over_steps(stock), grads_over_steps(fast)):
+        assert expected.keys() == got.keys()
+        for name in expected:
+            assert not got[name].is_sparse
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    assert fast.get_input_embeddings().weight.grad is installed._buffer  # reused, not reallocated
+
+
+def test_padding_row_gets_no_gradient():
+    embedding = nn.Embedding(10, 4, padding_idx=1)
+    holder = type("Holder", (), {"get_input_embeddings": lambda self: embedding})()
+    apply_embedding_grad(holder)
+    embedding(torch.tensor([[1, 2, 2, 1]])).sum().backward()
+    assert embedding.weight.grad[1].abs().sum() == 0 and embedding.weight.grad[2].tolist() == [2.0] * 4
+
+
+def test_unsupported_embedding_is_left_stock_with_a_warning():
+    embedding = nn.Embedding(10, 4, max_norm=1.0)
+    holder = type("Holder", (), {"get_input_embeddings": lambda self: embedding})()
+    with pytest.warns(UserWarning, match="max_norm"):
+        assert apply_embedding_grad(holder) is None
+
+
+def test_remove_restores_the_stock_embedding():
+    model = make("bert")
+    installed = apply_embedding_grad(model)
+    installed.remove()
+    model(**batch(2, 5, keep=1.0)).loss.backward()
+    assert "forward" not in model.get_input_embeddings().__dict__
