@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from transformers import RobertaConfig, RobertaForMaskedLM, pipeline
+from transformers import RobertaForMaskedLM, pipeline
 
 from turbotrain.args import TurboTrainingArguments
 from turbotrain.data import build_mlm_data, load_corpus, train_tokenizer
+from turbotrain.models import roberta_config
 from turbotrain.trainer import TurboTrainer
 
 FILL_MASK_PROMPTS = [
@@ -58,16 +59,6 @@ class PretrainResult:
     predictions: dict[str, list[tuple[str, float]]]
 
 
-def roberta_config(vocab_size: int, cfg: PretrainConfig) -> RobertaConfig:
-    """RoBERTa layout; positions start at padding_idx + 1, hence seq_len + 2 position embeddings."""
-    return RobertaConfig(
-        vocab_size=vocab_size, hidden_size=cfg.hidden_size, num_hidden_layers=cfg.num_layers,
-        num_attention_heads=cfg.num_heads, intermediate_size=4 * cfg.hidden_size,
-        max_position_embeddings=cfg.seq_len + 2, type_vocab_size=1, pad_token_id=1, bos_token_id=0,
-        eos_token_id=2,
-    )
-
-
 def training_arguments(cfg: PretrainConfig) -> TurboTrainingArguments:
     return TurboTrainingArguments(
         output_dir=cfg.output_dir, per_device_train_batch_size=cfg.batch_size, per_device_eval_batch_size=cfg.batch_size,
@@ -95,7 +86,8 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> Pretrai
     console.print(f"tokenizer: {len(tokenizer):,} tokens; data: {len(data.train):,} training blocks of "
                   f"{cfg.seq_len} tokens ({data.num_tokens / 1e6:.2f} M tokens)")
 
-    model = RobertaForMaskedLM(roberta_config(len(tokenizer), cfg))
+    model = RobertaForMaskedLM(roberta_config(len(tokenizer), cfg.hidden_size, cfg.num_layers, cfg.num_heads,
+                                              cfg.seq_len))
     console.print(f"model: RoBERTa, {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
     trainer = TurboTrainer(model=model, args=training_arguments(cfg), train_dataset=data.train,
                            eval_dataset=data.eval, data_collator=data.collator, processing_class=tokenizer)

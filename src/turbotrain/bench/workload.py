@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-from transformers import RobertaConfig, RobertaForMaskedLM, RobertaForSequenceClassification
+from transformers import RobertaForMaskedLM, RobertaForSequenceClassification
 
 from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
 from turbotrain.data.variable import build_variable_length_data
+from turbotrain.models import roberta_config
 
 PEERS = ("stock", "compiled", "turbo")
 LENGTHS = ("fixed", "variable")
@@ -80,18 +81,11 @@ class Workload:
                 flags.append(f"{flag} {' '.join(value) if isinstance(value, tuple) else value}")
         return " ".join(["turbotrain bench", *flags])
 
-    def model_config(self) -> RobertaConfig:
-        return RobertaConfig(
-            vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
-            num_attention_heads=self.num_heads, intermediate_size=4 * self.hidden_size,
-            max_position_embeddings=self.seq_len + 2, type_vocab_size=1, pad_token_id=1, num_labels=2,
-            hidden_dropout_prob=self.dropout_probability, attention_probs_dropout_prob=self.dropout_probability,
-        )
-
     def initial_model(self):
         torch.manual_seed(self.seed)
         model_class = RobertaForSequenceClassification if self.task == "cls" else RobertaForMaskedLM
-        return model_class(self.model_config())
+        return model_class(roberta_config(self.vocab_size, self.hidden_size, self.num_layers, self.num_heads,
+                                          self.seq_len, dropout=self.dropout_probability))
 
     def data(self) -> MaskedLMData:
         corpus = stdlib_corpus()

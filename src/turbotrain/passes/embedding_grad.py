@@ -5,11 +5,14 @@ into it. At V = 50,265 and H = 256 that is 51 MB, and since allocators hand bloc
 the operating system on free, every step pays page faults to get it again: ~20 ms per step on a
 2-core CPU, for a gradient whose non-zero rows are the few hundred token ids of the batch.
 
-This pass gives the input embedding a persistent gradient buffer. In backward it attaches the buffer
-(zeroed; its pages are already resident, ~4 ms) as `weight.grad` when the weight has none, and returns
-the used rows as a sparse gradient, which autograd's own accumulation adds into it in place. So
-gradient hooks (DDP's among them) still fire, tied weights (a decoder sharing the matrix) accumulate
-into the same `.grad`, and the optimizer sees an ordinary dense gradient.
+This pass returns the used rows as a sparse gradient, which autograd's own accumulation adds into a
+dense `.grad`, so gradient hooks (DDP's among them) still fire and the optimizer sees an ordinary dense
+gradient. Where that dense gradient comes from depends on tying:
+* untied (Llama, classification models): the pass keeps a persistent buffer and attaches it, zeroed
+  (its pages are already resident, ~4 ms), as `weight.grad` when the weight has none;
+* tied (a masked-LM decoder sharing the matrix): the decoder's dense weight gradient is already a
+  vocabulary-sized tensor, and autograd adds the sparse rows into it in place; no buffer is attached,
+  which would cost a zeroing and an extra add over the whole matrix.
 
 Exact: the same sums as stock (rows of the padding index get no gradient, as stock), up to the float
 order of duplicate-id accumulation (~1e-7 relative).
@@ -45,7 +48,7 @@ class _BufferedEmbedding(torch.autograd.Function):
         if installed.padding_idx is not None:
             keep = rows != installed.padding_idx
             rows, values = rows[keep], values[keep]
-        if weight.grad is None:
+        if weight.grad is None and not installed.tied:
             weight.grad = installed.zeroed_buffer(weight)
         # ids were range-checked by F.embedding in forward, so the invariant check would only cost time
         sparse = torch.sparse_coo_tensor(rows[None], values.to(weight.dtype), weight.shape, is_coalesced=False,
@@ -56,8 +59,8 @@ class _BufferedEmbedding(torch.autograd.Function):
 class BufferedEmbeddingGrad:
     """The installed pass on one `nn.Embedding`; `remove()` restores the stock forward."""
 
-    def __init__(self, embedding: nn.Embedding):
-        self.embedding = embedding
+    def __init__(self, embedding: nn.Embedding, tied: bool = False):
+        self.embedding, self.tied = embedding, tied
         self.padding_idx = embedding.padding_idx
         self._buffer: torch.Tensor | None = None
         embedding.forward = types.MethodType(_forward, embedding)
@@ -95,4 +98,7 @@ def apply_embedding_grad(model: nn.Module) -> BufferedEmbeddingGrad | None:
         warn_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "
                   "max_norm, scale_grad_by_freq or sparse gradients.")
         return None
-    return BufferedEmbeddingGrad(embedding)
+    get_output = getattr(model, "get_output_embeddings", None)
+    output = get_output() if callable(get_output) else None
+    tied = output is not None and getattr(output, "weight", None) is embedding.weight
+    return BufferedEmbeddingGrad(embedding, tied=tied)

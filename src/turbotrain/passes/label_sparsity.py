@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
+from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
 IGNORE_INDEX = -100
@@ -169,23 +170,12 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     output = model.get_output_embeddings()
     vocab_size = getattr(output, "out_features", None) or model.config.vocab_size
     batch = _synthetic_batch(model, vocab_size)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            dense = model(**batch).loss
-            with installed.forced():
-                sparse = model(**batch).loss
-    except Exception as error:  # the check must never take training down with it
-        return f"the sparse forward raised {type(error).__name__}: {error}"
-    finally:
-        model.train(was_training)
-    if dense is None or sparse is None:
-        return "the model returned no loss for labels"
-    tolerance = 1e-4 if dense.dtype == torch.float32 else 2e-2
-    if not torch.allclose(sparse.float(), dense.float(), rtol=tolerance, atol=tolerance):
-        return f"sparse loss {sparse.item():.6g} differs from dense loss {dense.item():.6g}"
-    return None
+
+    def sparse():
+        with installed.forced():
+            return model(**batch)
+
+    return compare_losses(model, lambda: model(**batch), sparse, "sparse")
 
 
 def apply_label_sparsity(model: nn.Module, check: bool = True) -> LabelSparsity | None:

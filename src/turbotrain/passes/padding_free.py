@@ -37,6 +37,7 @@ from transformers.models.auto.modeling_auto import (
 
 from turbotrain.passes.label_sparsity import is_causal_lm
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
 PER_TOKEN_TASKS = (MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
@@ -172,21 +173,7 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     packed = pack_batch({k: v.cpu() for k, v in padded.items()}, installed.spec)
     device = next(model.parameters()).device
     packed = {k: v.to(device) for k, v in packed.items()}
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            dense, compact = model(**padded).loss, model(**packed).loss
-    except Exception as error:  # never let the check take training down
-        return f"the packed forward raised {type(error).__name__}: {error}"
-    finally:
-        model.train(was_training)
-    if dense is None or compact is None:
-        return "the model returned no loss"
-    tolerance = 1e-4 if dense.dtype == torch.float32 else 2e-2
-    if not torch.allclose(compact.float(), dense.float(), rtol=tolerance, atol=tolerance):
-        return f"packed loss {compact.item():.6g} differs from padded loss {dense.item():.6g}"
-    return None
+    return compare_losses(model, lambda: model(**padded), lambda: model(**packed), "packed")
 
 
 def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | None:
