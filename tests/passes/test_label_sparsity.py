@@ -110,17 +110,25 @@ def test_tied_embeddings_stay_tied(family):
     assert sum(p.numel() for p in sparse.parameters()) == before
 
 
-def test_model_without_head_warns_once_and_stays_dense():
-    class Plain(nn.Module):
-        def forward(self, input_ids, labels=None):
-            return input_ids
+def test_language_model_without_head_warns_once_and_stays_dense():
+    class Headless(type(make("bert"))):
+        def get_output_embeddings(self):
+            return None
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = optimize(Plain(), padding_free=False)
-        optimize(Plain(), padding_free=False)
+        report = optimize(Headless(make("bert").config), padding_free=False)
+        optimize(Headless(make("bert").config), padding_free=False)
     assert report.label_sparsity is None and report.skipped == ["label_sparsity"]
     assert sum(issubclass(w.category, TurbotrainWarning) for w in caught) == 1
+
+
+def test_classifier_is_skipped_silently():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = optimize(make("bert", task="cls"), padding_free=False)
+    assert report.label_sparsity is None and report.skipped == ["label_sparsity"]
+    assert not [w for w in caught if issubclass(w.category, TurbotrainWarning)]
 
 
 def test_self_check_refuses_a_head_that_breaks_the_contract():
@@ -150,3 +158,17 @@ def test_optimize_is_idempotent_and_undoable():
     model.train()
     first.undo()
     assert model(**inputs).logits.shape[:2] == (2, 9)
+
+
+def test_a_users_subclass_of_a_causal_lm_gets_the_shift():
+    base = make("gpt2", dropout=False)
+
+    class MyGPT2(type(base)):
+        pass
+
+    stock = MyGPT2(base.config)
+    stock.load_state_dict(base.state_dict())
+    sparse = copy.deepcopy(stock)
+    assert optimize(sparse, padding_free=False).label_sparsity is not None
+    inputs = batch(3, 37, keep=0.5)
+    assert_same(loss_and_grads(stock, inputs), loss_and_grads(sparse, inputs), rtol=1e-5, atol=1e-6)

@@ -24,8 +24,9 @@ their gradient and softmax as much again each.
 Cost: one host sync per step to count the kept rows (`nonzero`).
 
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
-without 2-D `labels`, calls that already pass `shift_labels`. Refused with one warning: models with
-no output embeddings, and models where the self-check fails. The self-check runs the model once dense
+without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
+(classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
+whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
 and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched)
 and compares the losses; any model whose head or loss does not fit this contract fails it.
 """
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
@@ -55,9 +56,20 @@ class HeadLocation:
     causal: bool
 
 
+def in_auto_mapping(model: nn.Module, mapping) -> bool:
+    """True if the model's class, or a class it derives from (a user's subclass), is in an auto mapping."""
+    names = set(mapping.values())
+    return any(cls.__name__ in names for cls in type(model).__mro__)
+
+
 def is_causal_lm(model: nn.Module) -> bool:
-    """Decide the label shift the way `transformers.Trainer` does: by the causal-LM auto mapping."""
-    return type(model).__name__ in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()
+    """Decide the label shift as `transformers.Trainer` does, by the causal-LM auto mapping (subclasses too)."""
+    return in_auto_mapping(model, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+
+
+def is_language_model(model: nn.Module) -> bool:
+    """Masked or causal LM by Transformers' auto mappings: a model that label sparsity is meant for."""
+    return is_causal_lm(model) or in_auto_mapping(model, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def _has_active_dropout(module: nn.Module) -> bool:
@@ -183,7 +195,8 @@ def apply_label_sparsity(model: nn.Module, check: bool = True) -> LabelSparsity 
     model_name = type(model).__name__
     head = find_head(model)
     if head is None:
-        warn_once(f"turbotrain: label sparsity left {model_name} dense: it has no output embeddings to gather at.")
+        if is_language_model(model):  # a classifier has no vocabulary head: nothing to gain, nothing to say
+            warn_once(f"turbotrain: label sparsity left {model_name} dense: it has no output embeddings to gather at.")
         return None
     installed = LabelSparsity(model, head)
     problem = self_check(model, installed) if check else None

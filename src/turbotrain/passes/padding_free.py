@@ -35,7 +35,7 @@ from transformers.models.auto.modeling_auto import (
     MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
 )
 
-from turbotrain.passes.label_sparsity import is_causal_lm
+from turbotrain.passes.label_sparsity import in_auto_mapping, is_causal_lm
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
@@ -60,10 +60,9 @@ class PackingCollator:
 
 
 def _task(model: nn.Module) -> str | None:
-    name = type(model).__name__
-    if name in MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.values():
+    if in_auto_mapping(model, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES):
         return "sequence_classification"
-    if any(name in mapping.values() for mapping in PER_TOKEN_TASKS):
+    if any(in_auto_mapping(model, mapping) for mapping in PER_TOKEN_TASKS):
         return "per_token"
     return None
 
