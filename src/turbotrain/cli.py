@@ -51,6 +51,9 @@ def _bench_parser(sub) -> None:
                    help="fixed blocks, or paragraphs at their natural lengths with dynamic padding")
     p.add_argument("--task", default=d.task, choices=["mlm", "cls"], help="cls needs --lengths variable")
     p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
+    p.add_argument("--turbo-off", nargs="+", default=[], metavar="PASS",
+                   help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
+                        "fused_optimizer")
     _add_model_flags(p, d)
 
 
@@ -67,6 +70,7 @@ def _run_bench(ns: argparse.Namespace) -> int:
 
     fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out"}}
     fields["peers"] = tuple(fields["peers"])
+    fields["turbo_off"] = tuple(fields["turbo_off"])
     run_bench(Workload(**fields), out_dir=ns.out)
     return 0
 

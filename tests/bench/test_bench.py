@@ -39,3 +39,17 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path):
     assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step
     assert "| turbo | eager |" in (tmp_path / "bench.md").read_text()
     assert result["peers"]["stock"]["ratio_to_stock"] == 1.0
+
+
+def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
+    from turbotrain.bench.peers import build_trainer
+    from turbotrain.data import MaskedLMData
+
+    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("label_sparsity",))
+    assert workload.command() == ("turbotrain bench --hidden-size 32 --layers 1 --heads 2 --vocab-size 500 "
+                                  "--turbo-off label_sparsity")
+    data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
+    trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, str(tmp_path))
+    assert trainer.args.label_sparsity is False and "label_sparsity" not in trainer.turbo_report.applied
+    with pytest.raises(ValueError, match="unknown passes"):
+        Workload(turbo_off=("warp_drive",))

@@ -71,5 +71,6 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
     if peer == "compiled":
         args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
         return Trainer(model=model, args=args, **kw)
-    args = TurboTrainingArguments(backend=workload.backend, **_common(workload, output_dir))
+    switched_off = {name: False for name in workload.turbo_off}
+    args = TurboTrainingArguments(backend=workload.backend, **switched_off, **_common(workload, output_dir))
     return TurboTrainer(model=model, args=args, **kw)

@@ -76,10 +76,11 @@ def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
     task = "MLM" if w["task"] == "mlm" else "sequence classification"
+    off = f" (turbo without {', '.join(w['turbo_off'])})" if w.get("turbo_off") else ""
     lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
     lines = [
         f"### {env['date']}: RoBERTa {task} h{w['hidden_size']} L{w['num_layers']} {lengths} "
-        f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}",
+        f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}{off}",
         "",
         f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "
         f"turbotrain {env['turbotrain']}, Python {env['python']}.",

@@ -25,6 +25,7 @@ from turbotrain.data.variable import build_variable_length_data
 from turbotrain.models import roberta_config
 
 PEERS = ("stock", "compiled", "turbo")
+TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer")
 LENGTHS = ("fixed", "variable")
 TASKS = ("mlm", "cls")
 
@@ -47,8 +48,12 @@ class Workload:
     lengths: str = "fixed"
     task: str = "mlm"
     dropout: float | None = None
+    turbo_off: tuple[str, ...] = ()
 
     def __post_init__(self):
+        unknown_passes = set(self.turbo_off) - set(TURBO_PASSES)
+        if unknown_passes:
+            raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(TURBO_PASSES)}")
         if self.lengths not in LENGTHS or self.task not in TASKS:
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
         if self.task == "cls" and self.lengths == "fixed":
@@ -72,7 +77,7 @@ class Workload:
         """The `turbotrain bench` command line that reproduces this workload."""
         flags = []
         for name, value in asdict(self).items():
-            if value == getattr(Workload, name, None) or name == "peers" and tuple(value) == PEERS:
+            if value == getattr(Workload, name, None) or name == "peers" and tuple(value) == PEERS or value == ():
                 continue
             flag = "--" + {"num_layers": "layers", "num_heads": "heads"}.get(name, name).replace("_", "-")
             if isinstance(value, bool):
