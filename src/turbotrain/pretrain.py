@@ -19,7 +19,7 @@ from transformers import RobertaForMaskedLM, pipeline
 
 from turbotrain.args import TurboTrainingArguments
 from turbotrain.data import build_mlm_data, load_corpus, train_tokenizer
-from turbotrain.models import roberta_config
+from turbotrain.models import ModelShape
 from turbotrain.trainer import TurboTrainer
 
 FILL_MASK_PROMPTS = [
@@ -30,20 +30,13 @@ FILL_MASK_PROMPTS = [
 
 
 @dataclass
-class PretrainConfig:
+class PretrainConfig(ModelShape):
     output_dir: str = "out/pretrain"
     files: list[str] = field(default_factory=list)
-    vocab_size: int = 8000
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    seq_len: int = 128
-    batch_size: int = 16
     max_steps: int = 300
     learning_rate: float = 1e-3
     warmup_steps: int = 30
     logging_steps: int = 25
-    seed: int = 0
     backend: str = "auto"
     label_sparsity: bool = True
     progress: bool = True
@@ -86,8 +79,7 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> Pretrai
     console.print(f"tokenizer: {len(tokenizer):,} tokens; data: {len(data.train):,} training blocks of "
                   f"{cfg.seq_len} tokens ({data.num_tokens / 1e6:.2f} M tokens)")
 
-    model = RobertaForMaskedLM(roberta_config(len(tokenizer), cfg.hidden_size, cfg.num_layers, cfg.num_heads,
-                                              cfg.seq_len))
+    model = RobertaForMaskedLM(cfg.roberta_config(vocab_size=len(tokenizer)))
     console.print(f"model: RoBERTa, {sum(p.numel() for p in model.parameters()) / 1e6:.1f} M parameters")
     trainer = TurboTrainer(model=model, args=training_arguments(cfg), train_dataset=data.train,
                            eval_dataset=data.eval, data_collator=data.collator, processing_class=tokenizer)

@@ -53,3 +53,14 @@ def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
     assert trainer.args.label_sparsity is False and "label_sparsity" not in trainer.turbo_report.applied
     with pytest.raises(ValueError, match="unknown passes"):
         Workload(turbo_off=("warp_drive",))
+
+
+@pytest.mark.slow
+def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
+    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, seq_len=64, vocab_size=2000, batch_size=8,
+                        rounds=1, steps=2, warmup=1, peers=("stock", "turbo"), lengths="variable", task="cls")
+    result = run_bench(workload, out_dir=tmp_path)
+    assert 0.2 < result["padding_share"] < 0.9 and result["length_histogram"]
+    assert "padding_free" in result["peers"]["turbo"]["passes"] and result["peers"]["stock"]["passes"] == []
+    assert result["peers"]["turbo"]["max_rel_loss_diff"] < 1e-5  # dropout 0: packed == padded, step by step
+    assert "Padding share" in (tmp_path / "bench.md").read_text()

@@ -2,8 +2,9 @@
 
 A backend is a small class registered under a name (see `registry.py`). `TurboTrainer` calls, in order:
 `check_available()` (raise `BackendUnavailable` naming what to install), `configure(args)` before
-`Trainer.__init__` builds its accelerator (a backend that compiles through Trainer's own
-`torch_compile` path sets it here), then `wrap_model(model)` on the model the Trainer will train.
+`Trainer.__init__` builds its accelerator (for a backend that must change Trainer's arguments; none
+of the built-in ones does), then `wrap_model(model)` on the model the Trainer will train (`inductor`
+compiles it in place there).
 The trainer never branches on a backend's name.
 """
 

@@ -38,6 +38,7 @@ class PeerRuns:
     losses: list[list[float]] = field(default_factory=list)
     peaks_mb: list[float] = field(default_factory=list)
     backend: str = ""
+    passes: list[str] = field(default_factory=list)
 
     def throughputs(self, warmup: int) -> list[float]:
         """Real tokens per second of every measured step."""
@@ -73,6 +74,8 @@ def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memo
     if peak is not None:
         runs.peaks_mb.append(peak)
     runs.backend = getattr(getattr(trainer, "backend", None), "name", "")
+    report = getattr(trainer, "turbo_report", None)
+    runs.passes = report.applied if report is not None else []
 
 
 def loss_difference(runs: PeerRuns, stock: PeerRuns) -> tuple[float, float]:
@@ -94,6 +97,7 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str) -
             "peak_memory_mb": max(peer.peaks_mb) if peer.peaks_mb else None,
             "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
             "backend": peer.backend or ("inductor" if name == "compiled" else "eager"),
+            "passes": peer.passes,
         }
         if stock is not None:
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(peer, stock)

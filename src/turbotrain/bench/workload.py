@@ -22,7 +22,7 @@ from transformers import RobertaForMaskedLM, RobertaForSequenceClassification
 
 from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
 from turbotrain.data.variable import build_variable_length_data
-from turbotrain.models import roberta_config
+from turbotrain.models import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
 TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer")
@@ -31,14 +31,8 @@ TASKS = ("mlm", "cls")
 
 
 @dataclass
-class Workload:
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    seq_len: int = 128
+class Workload(ModelShape):
     vocab_size: int = 50265
-    batch_size: int = 16
-    seed: int = 0
     rounds: int = 3
     steps: int = 5
     warmup: int = 1
@@ -89,8 +83,7 @@ class Workload:
     def initial_model(self):
         torch.manual_seed(self.seed)
         model_class = RobertaForSequenceClassification if self.task == "cls" else RobertaForMaskedLM
-        return model_class(roberta_config(self.vocab_size, self.hidden_size, self.num_layers, self.num_heads,
-                                          self.seq_len, dropout=self.dropout_probability))
+        return model_class(self.roberta_config(dropout=self.dropout_probability))
 
     def data(self) -> MaskedLMData:
         corpus = stdlib_corpus()

@@ -41,10 +41,9 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
+from turbotrain.passes.installed import IGNORE_INDEX, HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
-
-IGNORE_INDEX = -100
 
 
 @dataclass
@@ -100,10 +99,11 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     return HeadLocation(module=module, name=where, causal=is_causal_lm(model))
 
 
-class LabelSparsity:
+class LabelSparsity(HookedPass):
     """The installed pass: hooks on the model and its head, removable with `remove()`."""
 
     def __init__(self, model: nn.Module, head: HeadLocation):
+        super().__init__()
         self.model = model
         self.head = head
         self._rows: torch.Tensor | None = None
@@ -114,11 +114,6 @@ class LabelSparsity:
             model.register_forward_hook(self._clear_rows, always_call=True),
             head.module.register_forward_pre_hook(self._gather_rows),
         ]
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
 
     @contextlib.contextmanager
     def forced(self):

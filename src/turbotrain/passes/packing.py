@@ -32,13 +32,12 @@ from dataclasses import dataclass
 
 import torch
 
+from turbotrain.passes.installed import IGNORE_INDEX
 from turbotrain.utils.warnings import warn_once
 
-IGNORE_INDEX = -100
 SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
 PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS)
-FILL_VALUES = {"input_ids": None, "labels": IGNORE_INDEX}  # None: the pad token id
 
 
 @dataclass(frozen=True)
@@ -112,8 +111,8 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
 
 
 def _fill(key: str, spec: PackingSpec) -> int:
-    fill = FILL_VALUES.get(key, 0)
-    return spec.pad_token_id if fill is None else fill
+    """What the unused tail of a row holds: the pad token, ignored labels, zeros for anything else."""
+    return {"input_ids": spec.pad_token_id, "labels": IGNORE_INDEX}.get(key, 0)
 
 
 def _scatter(value: torch.Tensor, tokens: torch.Tensor, destination: torch.Tensor, rows: int, capacity: int,

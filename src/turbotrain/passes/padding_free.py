@@ -37,6 +37,7 @@ from transformers.models.auto.modeling_auto import (
 
 from turbotrain.passes.label_sparsity import in_auto_mapping, is_causal_lm
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
@@ -89,10 +90,11 @@ def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
                        multiple_of=multiple_of)
 
 
-class PaddingFree:
+class PaddingFree(HookedPass):
     """The installed pass: the packing spec, and hooks that route per-sequence pooling."""
 
     def __init__(self, model: nn.Module, spec: PackingSpec, pools: bool):
+        super().__init__()
         self.model, self.spec = model, spec
         self._starts: torch.Tensor | None = None
         self._handles = [
@@ -104,11 +106,6 @@ class PaddingFree:
 
     def collator(self, inner) -> PackingCollator:
         return PackingCollator(inner, self.spec)
-
-    def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
 
     def _install_pool_gather(self, model: nn.Module):
         base = model.base_model
