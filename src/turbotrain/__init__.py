@@ -2,13 +2,37 @@
 
     from turbotrain import TurboTrainer, TurboTrainingArguments   # was: Trainer, TrainingArguments
 
-`optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop.
+`optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
+`export_onnx` and `export_training_artifacts` export for deployment and on-device training.
+Names are imported on first use, so `turbotrain.ondevice` loads on devices without torch.
 """
 
-from turbotrain.args import TurboOptions, TurboTrainingArguments
-from turbotrain.passes import fused_adamw, optimize
-from turbotrain.trainer import TurboTrainer
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
-__all__ = ["TurboOptions", "TurboTrainer", "TurboTrainingArguments", "__version__", "fused_adamw", "optimize"]
+_LAZY = {
+    "TurboOptions": "turbotrain.args",
+    "TurboTrainingArguments": "turbotrain.args",
+    "TurboTrainer": "turbotrain.trainer",
+    "fused_adamw": "turbotrain.passes",
+    "optimize": "turbotrain.passes",
+    "export_onnx": "turbotrain.export",
+    "export_training_artifacts": "turbotrain.export",
+}
+
+__all__ = [*sorted(_LAZY), "__version__"]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'turbotrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted([*globals(), *_LAZY])

@@ -1,0 +1,130 @@
+"""On-device fine-tuning: 20 steps of `turbotrain.ondevice` (in a process where torch cannot be imported)
+give the losses and final weights of the same 20 steps in torch."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+
+from tests import tiny_models
+from turbotrain.utils.imports import is_onnxruntime_available
+
+pytestmark = pytest.mark.skipif(not is_onnxruntime_available(), reason="needs the onnx extra")
+
+STEPS = 20
+TRAINABLE_PREFIXES = ("classifier.", "bert.pooler.", "bert.encoder.layer.1.")
+
+
+def TRAINABLE(name: str) -> bool:
+    """Head, pooler and last layer. Not the key bias: its true gradient is zero (softmax ignores a shift
+    along the key axis), so AdamW turns float rounding noise into +-lr steps in torch and ORT alike."""
+    return name.startswith(TRAINABLE_PREFIXES) and not name.endswith("attention.self.key.bias")
+LR, WEIGHT_DECAY = 3e-3, 0.01
+
+
+def batches(steps: int = STEPS, seed: int = 0):
+    """Batches of varying size and length, right-padded, as a dataloader with dynamic padding gives."""
+    generator = torch.Generator().manual_seed(seed)
+    for step in range(steps):
+        size, length = 2 + step % 3, 5 + (7 * step) % 23
+        input_ids = torch.randint(3, tiny_models.VOCAB, (size, length), generator=generator)
+        lengths = torch.randint(1, length + 1, (size,), generator=generator)
+        mask = (torch.arange(length)[None] < lengths[:, None]).long()
+        labels = torch.randint(0, tiny_models.NUM_LABELS, (size,), generator=generator)
+        yield {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
+
+
+def train_in_torch(model):
+    model.train()
+    params = {n: p for n, p in model.named_parameters() if TRAINABLE(n)}
+    for n, p in model.named_parameters():
+        p.requires_grad_(n in params)
+    from transformers import Trainer
+
+    decayed = set(Trainer.get_decay_parameter_names(None, model))
+    groups = [{"params": [p for n, p in params.items() if n in decayed], "weight_decay": WEIGHT_DECAY},
+              {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0}]
+    optimizer = torch.optim.AdamW(groups, lr=LR, foreach=False)
+    losses = []
+    for batch in batches():
+        loss = model(**batch).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses, {n: p.detach().numpy() for n, p in params.items()}
+
+
+ON_DEVICE = textwrap.dedent("""
+    import json, sys
+    sys.modules["torch"] = None          # torch is not importable in this process
+    import numpy as np
+    from turbotrain import ondevice
+    artifacts, batches_file, out = sys.argv[1:4]
+    module = ondevice.Module(artifacts)
+    optimizer = ondevice.AdamW(module)
+    data = np.load(batches_file)
+    losses = []
+    for step in range(int(data["steps"])):
+        batch = {k: data[f"{k}{step}"] for k in ("input_ids", "attention_mask", "labels")}
+        losses.append(module.train_step(batch))
+        optimizer.step()
+    eval_loss, logits = module.eval_step(batch)
+    module.save_checkpoint()
+    ondevice.export_model_for_inferencing(module, out + "/inference.onnx")
+    assert "torch" not in sys.modules or sys.modules["torch"] is None
+    json.dump({"losses": losses, "eval_loss": eval_loss}, open(out + "/result.json", "w"))
+""")
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    from turbotrain import export_training_artifacts
+
+    directory = tmp_path_factory.mktemp("artifacts")
+    model = tiny_models.make("bert", task="cls", dropout=False)
+    artifacts = export_training_artifacts(model, directory, trainable=TRAINABLE, learning_rate=LR,
+                                          weight_decay=WEIGHT_DECAY)
+    return artifacts
+
+
+def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
+    batches_file = tmp_path / "batches.npz"
+    arrays = {f"{k}{i}": v.numpy() for i, b in enumerate(batches()) for k, v in b.items()}
+    np.savez(batches_file, steps=STEPS, **arrays)
+    subprocess.run([sys.executable, "-c", ON_DEVICE, str(exported.directory), str(batches_file), str(tmp_path)],
+                   check=True)
+    result = json.loads((tmp_path / "result.json").read_text())
+
+    expected_losses, expected_params = train_in_torch(tiny_models.make("bert", task="cls", dropout=False))
+    np.testing.assert_allclose(result["losses"], expected_losses, rtol=1e-4)
+    from turbotrain.ondevice import Checkpoint
+
+    trained = Checkpoint.load(exported.directory / "checkpoint.safetensors")
+    assert trained.step == STEPS
+    assert set(trained.params) == set(expected_params)
+    for name, value in expected_params.items():
+        # Relative to the tensor's scale: an element that crosses zero has no meaningful relative error.
+        difference = np.abs(trained.params[name] - value).max()
+        assert difference <= 1e-4 * np.abs(value).max(), (name, difference, np.abs(value).max())
+    assert not np.allclose(trained.params["classifier.weight"],
+                           tiny_models.make("bert", task="cls").classifier.weight.detach().numpy())
+
+    import onnxruntime as ort
+
+    # The inference model carries the trained weights: its logits are the eval graph's.
+    last = list(batches())[-1]
+    session = ort.InferenceSession(str(tmp_path / "inference.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
+    logits = session.run(None, {k: last[k].numpy() for k in ("input_ids", "attention_mask")})[0]
+    model = tiny_models.make("bert", task="cls", dropout=False).eval()
+    model.load_state_dict({n: torch.from_numpy(v) for n, v in trained.params.items()}, strict=False)
+    with torch.no_grad():
+        expected = model(input_ids=last["input_ids"], attention_mask=last["attention_mask"]).logits.numpy()
+    np.testing.assert_allclose(logits, expected, atol=1e-5)
