@@ -1,4 +1,5 @@
-"""`turbotrain` command line: `pretrain` (the main job) and `bench` (side-by-side measurement)."""
+"""`turbotrain` command line: `pretrain` (the main job), `bench` (side-by-side measurement) and `export`
+(a trained model directory -> verified ONNX for deployment)."""
 
 from __future__ import annotations
 
@@ -32,7 +33,22 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--backend", default=d.backend, choices=valid_choices())
     p.add_argument("--no-label-sparsity", action="store_false", dest="label_sparsity")
     p.add_argument("--quiet", action="store_false", dest="progress")
+    p.add_argument("--export-onnx", action="store_true",
+                   help="also export the trained model to OUTPUT_DIR/onnx (needs the onnx extra)")
     _add_model_flags(p, d)
+
+
+def _export_parser(sub) -> None:
+    p = sub.add_parser("export", help="export a saved model (save_pretrained directory) to verified ONNX")
+    p.add_argument("model_dir", help="directory written by save_pretrained / turbotrain pretrain")
+    p.add_argument("out_dir", help="where to write model.onnx (and the tokenizer, when the model has one)")
+    p.add_argument("--optimize", action="store_true", help="also write ONNX Runtime's fused model.optimized.onnx")
+    p.add_argument("--quantize", nargs="+", default=[], choices=["fp16", "int8"],
+                   help="also write model.fp16.onnx and/or model.int8.onnx")
+    p.add_argument("--no-verify", action="store_false", dest="verify",
+                   help="skip the comparison with torch (not recommended)")
+    p.add_argument("--tolerance", type=float, default=None,
+                   help="largest accepted |onnxruntime - torch| of the fp32 logits (default 1e-4)")
 
 
 def _bench_parser(sub) -> None:
@@ -75,17 +91,28 @@ def _run_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _run_export(ns: argparse.Namespace) -> int:
+    from turbotrain.export.cli import run_export
+
+    return run_export(ns.model_dir, ns.out_dir, optimize=ns.optimize, quantize=tuple(ns.quantize),
+                      verify=ns.verify, tolerance=ns.tolerance)
+
+
+COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="turbotrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     _pretrain_parser(sub)
     _bench_parser(sub)
+    _export_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 
     try:
-        return _run_pretrain(ns) if ns.command == "pretrain" else _run_bench(ns)
-    except CorpusError as error:
+        return COMMANDS[ns.command](ns)
+    except (CorpusError, ImportError, ValueError, OSError) as error:
         print(f"turbotrain {ns.command}: error: {error}", file=sys.stderr)
         return 2
 

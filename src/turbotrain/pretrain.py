@@ -40,6 +40,7 @@ class PretrainConfig(ModelShape):
     backend: str = "auto"
     label_sparsity: bool = True
     progress: bool = True
+    export_onnx: bool = False
 
 
 @dataclass
@@ -96,7 +97,19 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> Pretrai
     result = PretrainResult(output_dir, losses, eval_loss, seconds,
                             cfg.max_steps * cfg.batch_size * cfg.seq_len / seconds, predictions)
     print_summary(console, result)
+    if cfg.export_onnx:
+        export_for_deployment(console, output_dir)
     return result
+
+
+def export_for_deployment(console: Console, model_dir: Path) -> Path:
+    """`--export-onnx`: the saved model and tokenizer -> verified ONNX in `<output_dir>/onnx`."""
+    from turbotrain.export.cli import run_export
+
+    onnx_dir = model_dir / "onnx"
+    if run_export(str(model_dir), str(onnx_dir), console=console) != 0:
+        raise RuntimeError(f"the ONNX export in {onnx_dir} does not match torch; see the message above")
+    return onnx_dir
 
 
 def print_summary(console: Console, result: PretrainResult) -> None:

@@ -1,0 +1,38 @@
+"""`turbotrain export MODEL_DIR OUT_DIR`: load a saved model, export it, print the verification."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.console import Console
+
+from turbotrain.export.deploy import DeployExport, copy_tokenizer, export_onnx, load_trained_model
+from turbotrain.export.verify import VerificationError
+
+
+def print_export(console: Console, result: DeployExport) -> None:
+    console.print(f"exported {result.task} model to {result.out_dir}")
+    for variant, path in result.files.items():
+        size = Path(path).stat().st_size / 1e6
+        verification = result.verifications.get(variant)
+        check = verification.summary().split(": ", 1)[1] if verification else "not verified"
+        console.print(f"  {Path(path).name:<22} {size:8.1f} MB  {check}")
+
+
+def run_export(model_dir: str, out_dir: str, optimize: bool = False, quantize: tuple[str, ...] = (),
+               verify: bool = True, tolerance: float | None = None, console: Console | None = None) -> int:
+    console = console or Console()
+    with console.status(f"Loading {model_dir}..."):
+        model = load_trained_model(model_dir)
+    try:
+        with console.status("Exporting to ONNX and checking against torch..."):
+            result = export_onnx(model, out_dir, optimize=optimize, quantize=quantize, verify=verify,
+                                 tolerances={"fp32": tolerance} if tolerance is not None else None)
+    except VerificationError as error:
+        console.print(f"[red]turbotrain export: {error}[/]")
+        return 1
+    model.config.save_pretrained(out_dir)
+    if copy_tokenizer(model_dir, out_dir):
+        console.print(f"tokenizer saved beside the model in {out_dir}")
+    print_export(console, result)
+    return 0
