@@ -51,9 +51,10 @@ CAUSAL = {"gpt2", "llama"}
 ENCODERS = sorted(set(FAMILIES) - CAUSAL)
 
 
-def make(family: str, seed: int = 0, dtype=torch.float32, task: str = "lm", dropout: bool = True):
+def make(family: str, seed: int = 0, dtype=torch.float32, task: str = "lm", dropout: bool = True,
+         num_labels: int = NUM_LABELS):
     config_class, sizes, no_dropout = CONFIGS[family]
-    config = config_class(vocab_size=VOCAB, num_labels=NUM_LABELS, **sizes, **({} if dropout else no_dropout))
+    config = config_class(vocab_size=VOCAB, num_labels=num_labels, **sizes, **({} if dropout else no_dropout))
     torch.manual_seed(seed)
     model_class = LM_CLASSES[family] if task == "lm" else CLS_CLASSES[family]
     return model_class(config).to(dtype)

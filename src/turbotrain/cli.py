@@ -98,7 +98,24 @@ def _run_export(ns: argparse.Namespace) -> int:
                       verify=ns.verify, tolerance=ns.tolerance)
 
 
-COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export}
+def _ondevice_bench_parser(sub) -> None:
+    p = sub.add_parser("bench-ondevice", help="on-device fine-tuning (onnxruntime + numpy) vs torch, interleaved")
+    p.add_argument("--out", default="bench-ondevice")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--trainable", nargs="+", default=["classifier.", "bert.pooler."], metavar="PREFIX",
+                   help="parameter-name prefixes to train (default: the classification head)")
+
+
+def _run_ondevice_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.ondevice import OnDeviceBench, run_ondevice_bench
+
+    run_ondevice_bench(OnDeviceBench(out=ns.out, rounds=ns.rounds, steps=ns.steps, trainable=tuple(ns.trainable)))
+    return 0
+
+
+COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export,
+            "bench-ondevice": _run_ondevice_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     _pretrain_parser(sub)
     _bench_parser(sub)
     _export_parser(sub)
+    _ondevice_bench_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 

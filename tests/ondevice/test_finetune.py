@@ -26,6 +26,13 @@ def TRAINABLE(name: str) -> bool:
     along the key axis), so AdamW turns float rounding noise into +-lr steps in torch and ORT alike."""
     return name.startswith(TRAINABLE_PREFIXES) and not name.endswith("attention.self.key.bias")
 LR, WEIGHT_DECAY = 3e-3, 0.01
+# Two labels and an export example batch of 2: this caught the exporter fusing the batch axis with the
+# head's 2 rows (duck-shaped symbols), which made the graphs accept only batches of 2.
+NUM_LABELS = 2
+
+
+def bert():
+    return tiny_models.make("bert", task="cls", dropout=False, num_labels=NUM_LABELS)
 
 
 def batches(steps: int = STEPS, seed: int = 0):
@@ -36,7 +43,7 @@ def batches(steps: int = STEPS, seed: int = 0):
         input_ids = torch.randint(3, tiny_models.VOCAB, (size, length), generator=generator)
         lengths = torch.randint(1, length + 1, (size,), generator=generator)
         mask = (torch.arange(length)[None] < lengths[:, None]).long()
-        labels = torch.randint(0, tiny_models.NUM_LABELS, (size,), generator=generator)
+        labels = torch.randint(0, NUM_LABELS, (size,), generator=generator)
         yield {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
 
 
@@ -76,7 +83,7 @@ ON_DEVICE = textwrap.dedent("""
         losses.append(module.train_step(batch))
         optimizer.step()
     eval_loss, logits = module.eval_step(batch)
-    module.save_checkpoint()
+    module.save_checkpoint(out + "/checkpoint.safetensors")
     ondevice.export_model_for_inferencing(module, out + "/inference.onnx")
     assert "torch" not in sys.modules or sys.modules["torch"] is None
     json.dump({"losses": losses, "eval_loss": eval_loss}, open(out + "/result.json", "w"))
@@ -88,7 +95,7 @@ def exported(tmp_path_factory):
     from turbotrain import export_training_artifacts
 
     directory = tmp_path_factory.mktemp("artifacts")
-    model = tiny_models.make("bert", task="cls", dropout=False)
+    model = bert()
     artifacts = export_training_artifacts(model, directory, trainable=TRAINABLE, learning_rate=LR,
                                           weight_decay=WEIGHT_DECAY)
     return artifacts
@@ -102,11 +109,11 @@ def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
                    check=True)
     result = json.loads((tmp_path / "result.json").read_text())
 
-    expected_losses, expected_params = train_in_torch(tiny_models.make("bert", task="cls", dropout=False))
+    expected_losses, expected_params = train_in_torch(bert())
     np.testing.assert_allclose(result["losses"], expected_losses, rtol=1e-4)
     from turbotrain.ondevice import Checkpoint
 
-    trained = Checkpoint.load(exported.directory / "checkpoint.safetensors")
+    trained = Checkpoint.load(tmp_path / "checkpoint.safetensors")
     assert trained.step == STEPS
     assert set(trained.params) == set(expected_params)
     for name, value in expected_params.items():
@@ -114,7 +121,7 @@ def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
         difference = np.abs(trained.params[name] - value).max()
         assert difference <= 1e-4 * np.abs(value).max(), (name, difference, np.abs(value).max())
     assert not np.allclose(trained.params["classifier.weight"],
-                           tiny_models.make("bert", task="cls").classifier.weight.detach().numpy())
+                           bert().classifier.weight.detach().numpy())
 
     import onnxruntime as ort
 
@@ -123,8 +130,67 @@ def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
     session = ort.InferenceSession(str(tmp_path / "inference.onnx"), providers=["CPUExecutionProvider"])
     assert [i.name for i in session.get_inputs()] == ["input_ids", "attention_mask"]
     logits = session.run(None, {k: last[k].numpy() for k in ("input_ids", "attention_mask")})[0]
-    model = tiny_models.make("bert", task="cls", dropout=False).eval()
+    model = bert().eval()
     model.load_state_dict({n: torch.from_numpy(v) for n, v in trained.params.items()}, strict=False)
     with torch.no_grad():
         expected = model(input_ids=last["input_ids"], attention_mask=last["attention_mask"]).logits.numpy()
     np.testing.assert_allclose(logits, expected, atol=1e-5)
+
+
+def test_importing_ondevice_does_not_import_torch():
+    code = "import sys, turbotrain, turbotrain.ondevice; assert 'torch' not in sys.modules, 'torch was imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def first_batch():
+    return {k: v.numpy() for k, v in next(iter(batches(1))).items()}
+
+
+def test_train_steps_accumulate_gradients_until_the_optimizer_steps(exported):
+    from turbotrain import ondevice
+
+    module = ondevice.Module(exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors"))
+    optimizer = ondevice.AdamW(module)
+    with pytest.raises(RuntimeError, match="call module.train_step"):
+        optimizer.step()
+    module.train_step(first_batch())
+    once = {n: g.copy() for n, g in module.grads.items()}
+    module.train_step(first_batch())
+    for name, grad in module.grads.items():
+        np.testing.assert_allclose(grad, 2 * once[name], rtol=1e-6)
+    optimizer.set_learning_rate(1e-3)
+    optimizer.step()
+    assert module.grads == {} and module.checkpoint.step == 1 and optimizer.learning_rate == 1e-3
+
+
+def test_checkpoint_round_trips(exported, tmp_path):
+    from turbotrain import ondevice
+
+    state = ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors")
+    state.step, state.learning_rate = 7, 2.5e-4
+    state.exp_avg["classifier.bias"] = state.exp_avg["classifier.bias"] + 1
+    loaded = ondevice.Checkpoint.load(state.save(tmp_path / "c.safetensors"))
+    assert (loaded.step, loaded.learning_rate) == (7, 2.5e-4)
+    np.testing.assert_array_equal(loaded.exp_avg["classifier.bias"], state.exp_avg["classifier.bias"])
+    assert not (tmp_path / "c.safetensors.partial").exists()
+
+
+def test_clear_errors_for_bad_batches_and_directories(exported, tmp_path):
+    from turbotrain import ondevice
+
+    module = ondevice.Module(exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors"))
+    batch = first_batch()
+    with pytest.raises(KeyError, match="batch lacks 'labels'"):
+        module.train_step({k: v for k, v in batch.items() if k != "labels"})
+    with pytest.raises(ValueError, match="expected axes"):
+        module.eval_step({**batch, "labels": batch["labels"][:, None]})
+    with pytest.raises(FileNotFoundError, match="not a turbotrain training-artifacts directory"):
+        ondevice.Module(tmp_path)
+
+
+def test_trainable_selection_refuses_a_pattern_that_matches_nothing():
+    from turbotrain.export.training import select_trainable
+
+    with pytest.raises(ValueError, match="no parameter of BertForSequenceClassification matches"):
+        select_trainable(bert(), ["decoder."])
+    assert select_trainable(bert(), ["classifier."]) == ["classifier.weight", "classifier.bias"]

@@ -116,7 +116,10 @@ def trace_aten(fn: Callable, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphMo
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.MATH), warnings.catch_warnings():
+    from torch.fx.experimental import _config as fx_config
+
+    # No duck shapes: a batch of 2 must not become the same symbol as a 2-label head's weight rows.
+    with sdpa_kernel(SDPBackend.MATH), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return make_fx(fn, tracing_mode="symbolic", decomposition_table=core_aten_decompositions())(*inputs)
 
