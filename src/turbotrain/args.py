@@ -2,7 +2,8 @@
 
 Everything TrainingArguments accepts keeps its meaning. The added fields:
 
-backend          "auto" | "eager" | "inductor" (and any registered backend). "auto" picks per device.
+backend          "auto" | "eager" | "inductor" | "onnxruntime" (and any registered backend). "auto" picks per device.
+backend_options  options of that backend (onnxruntime: providers, cache_dir, check_first_run, session_options).
 label_sparsity   run the output head and loss only on rows with a label (exact; see passes/label_sparsity.py).
 fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
 padding_free     pack padded training batches into rows with per-sequence attention (see passes/padding_free.py).
@@ -47,6 +48,11 @@ class TurboTrainingArguments(TrainingArguments):
         default=True,
         metadata={"help": "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh "
                           "vocabulary-sized tensor every step (exact)."},
+    )
+    backend_options: dict | None = field(
+        default=None,
+        metadata={"help": "Options of the chosen backend, e.g. for 'onnxruntime': providers, cache_dir, "
+                          "check_first_run, session_options (see turbotrain/backends/onnxruntime.py)."},
     )
     max_tokens_per_batch: int | None = field(
         default=None,

@@ -87,16 +87,18 @@ def quiet_exporter():
 
 def export_module(module: torch.nn.Module, inputs: Sequence[torch.Tensor], input_names: Sequence[str],
                   output_names: Sequence[str], dynamic_axes: dict[str, dict[int, str]] | None = None,
-                  max_sizes: dict[str, int] | None = None, optimize: bool = False):
+                  max_sizes: dict[str, int] | None = None, optimize: bool = False, dynamic_shapes=None):
     """Export `module(*inputs)` to an `onnx.ModelProto` (see the module docstring for the contract).
 
     `optimize` runs onnxscript's graph rewriter; off by default because its `x + 0 -> x` rule matches
     constants up to 1e-8 in magnitude and so deleted AdamW's `+ eps` (found by the on-device test).
-    ONNX Runtime optimizes every graph again when it opens a session.
+    ONNX Runtime optimizes every graph again when it opens a session. `dynamic_shapes`, if given, is
+    passed to torch.export as is (`{"inputs": (per-input dict or None, ...)}`) instead of `dynamic_axes`.
     """
     require("onnxscript", "ONNX export")
     require("onnx", "ONNX export")
-    dynamic_shapes = _dynamic_shapes(input_names, dynamic_axes or {}, max_sizes or {})
+    if dynamic_shapes is None:
+        dynamic_shapes = _dynamic_shapes(input_names, dynamic_axes or {}, max_sizes or {})
     try:
         with quiet_exporter():
             program = torch.onnx.export(module, tuple(inputs), dynamo=True, dynamic_shapes=dynamic_shapes,

@@ -1,0 +1,362 @@
+"""One AOTAutograd graph (a forward or a backward of ATen ops) executed by an ONNX Runtime session.
+
+Life of a graph, on its first call with real tensors:
+1. dropout: each `aten.native_dropout` becomes a mask input; the runner draws the mask with torch's
+   own `native_dropout` (same generator, same order as eager), so dropout is eager's, bit for bit;
+2. symbolic sizes: integer inputs of the graph (Dynamo's dynamic sizes) are read off the tensor
+   dimensions that carry the same symbol; axes that are symbolic stay dynamic in the ONNX graph, so
+   one export serves every kept-row count and packed length;
+3. export through turbotrain's one exporter (`export/onnx_graph.py`), or load it from the disk cache
+   (key: the graph's code and input metadata, torch/onnxruntime/onnxscript versions, providers);
+4. the session's outputs are compared once with the graph run eagerly on the same inputs (relative
+   1e-4 of each output's scale); a graph that fails to export, fails this check or later fails to run
+   falls back to eager with one warning naming the reason, never silently.
+Steady state: inputs bound by name without copies (IOBinding on the torch tensors' memory), outputs
+copied once out of ONNX Runtime (a cost on CPU: one memcpy per output), laid out again with the strides
+the rest of the AOTAutograd graph expects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.fx import GraphModule
+
+from turbotrain.export.onnx_graph import ExportError, export_module, save_onnx
+from turbotrain.utils.warnings import warn_once
+
+CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6  # first-run check: |ort - eager| <= rtol * max|eager| + atol
+_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64, torch.int32: np.int32,
+           torch.bool: np.bool_, torch.float64: np.float64, torch.uint8: np.uint8, torch.int8: np.int8}
+
+
+@dataclass
+class Stats:
+    """Counters for tests and the benchmark: what happened to the graphs of this process."""
+
+    exports: int = 0
+    cache_hits: int = 0
+    fallbacks: list[str] = field(default_factory=list)
+    export_seconds: float = 0.0
+
+
+STATS = Stats()
+
+
+@dataclass(frozen=True)
+class OrtConfig:
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    cache_dir: Path | None = None
+    check_first_run: bool = True
+    session_options: dict = field(default_factory=dict)
+
+
+def _is_symbolic(value) -> bool:
+    return isinstance(value, torch.SymInt) and not isinstance(value.node.expr, int) and \
+        not getattr(value.node.expr, "is_number", False)
+
+
+def _constants_as_buffers(graph: GraphModule) -> None:
+    """AOTAutograd keeps tensor constants as plain attributes; torch.export only lifts registered buffers."""
+    for node in graph.graph.nodes:
+        if node.op == "get_attr" and "." not in node.target:
+            value = getattr(graph, node.target)
+            if isinstance(value, torch.Tensor) and node.target not in dict(graph.named_buffers()):
+                delattr(graph, node.target)
+                graph.register_buffer(node.target, value, persistent=False)
+
+
+def masks_for_dropout(graph: GraphModule) -> list[tuple[float, str]]:
+    """Replace every `native_dropout(x, p, train)` by `x * mask * 1/(1-p)` with `mask` a new input."""
+    masks = []
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    for node in list(graph.graph.nodes):
+        if node.target is not torch.ops.aten.native_dropout.default:
+            continue
+        x, p = node.args[0], float(node.args[1])
+        with graph.graph.inserting_after(placeholders[-1]):
+            mask = graph.graph.placeholder(f"dropout_mask_{len(masks)}")
+        mask.meta["val"] = torch.empty_like(x.meta["val"], dtype=torch.bool) if "val" in x.meta else None
+        placeholders.append(mask)
+        with graph.graph.inserting_before(node):
+            scaled = graph.graph.call_function(torch.ops.aten.mul.Tensor, (x, mask))
+            out = graph.graph.call_function(torch.ops.aten.mul.Tensor, (scaled, 1.0 / (1.0 - p) if p < 1 else 0.0))
+        if "val" in node.meta:
+            scaled.meta["val"] = out.meta["val"] = node.meta["val"][0]
+        for user in list(node.users):
+            if user.target is operator.getitem:
+                user.replace_all_uses_with(out if user.args[1] == 0 else mask)
+                graph.graph.erase_node(user)
+        graph.graph.erase_node(node)
+        masks.append((p, x.meta.get("val")))
+    graph.recompile()
+    return masks
+
+
+class TensorInputs(torch.nn.Module):
+    """`graph(*args)` with only tensor inputs and outputs: integer inputs are computed from tensor sizes."""
+
+    def __init__(self, graph: GraphModule, int_exprs: dict, symbols: dict, tensor_positions: list[int],
+                 tensor_outputs: list[int]):
+        super().__init__()
+        import sympy
+
+        self.inner = graph  # not `graph`: that name is the fx Graph on the GraphModule torch.export builds
+        self.tensor_positions, self.tensor_outputs = tensor_positions, tensor_outputs
+        self.symbols = list(symbols.items())
+        names = [sym for sym, _ in self.symbols]
+        self.int_functions = {p: sympy.lambdify(names, expr, modules="math") for p, expr in int_exprs.items()}
+
+    def forward(self, *inputs):
+        args: list = [None] * (len(self.tensor_positions) + len(self.int_functions))
+        for tensor, position in zip(inputs, self.tensor_positions):
+            args[position] = tensor
+        sizes = [inputs[t].shape[d] for _, (t, d) in self.symbols]
+        for position, function in self.int_functions.items():
+            args[position] = function(*sizes)
+        outputs = self.inner(*args)
+        return tuple(outputs[i] for i in self.tensor_outputs)
+
+
+class OrtGraph:
+    """Callable that runs an AOTAutograd graph in ONNX Runtime (see the module docstring)."""
+
+    def __init__(self, graph: GraphModule, example_inputs: Sequence, config: OrtConfig, kind: str):
+        self.kind, self.config = kind, config
+        self.graph = graph
+        _constants_as_buffers(graph)
+        self.masks = masks_for_dropout(graph)
+        self.placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+        values = [n.meta.get("val") for n in self.placeholders]
+        self.int_positions = [i for i, v in enumerate(values) if isinstance(v, (int, torch.SymInt))]
+        self.tensor_positions = [i for i, v in enumerate(values) if i not in set(self.int_positions)]
+        output_node = next(n for n in graph.graph.nodes if n.op == "output")
+        out_values = [getattr(a, "meta", {}).get("val") if a is not None else None for a in output_node.args[0]]
+        self.out_values = out_values
+        self.tensor_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.Tensor)]
+        # The exporter names a graph input after the output that returns it unchanged: bind by name.
+        tensor_index = {self.placeholders[p]: t for t, p in enumerate(self.tensor_positions)}
+        self.input_of_name = {}
+        self.input_of_name.update({f"output_{i}": tensor_index[output_node.args[0][i]] for i in self.tensor_outputs
+                                   if output_node.args[0][i] in tensor_index})
+        self.values = values
+        self.session = None
+        self.eager = False
+        self.int_exprs: dict = {}
+        self.carriers: list[int] = []
+        self.symbols: dict = {}
+        self.tracing_error: ExportError | None = None
+        try:
+            self._locate_symbols()
+        except ExportError as error:
+            self.tracing_error = error
+
+    # ----- preparing the inputs -----
+    def _locate_symbols(self) -> None:
+        """Map every symbol in the tensor inputs' shapes to a (tensor index, dim) that carries it, and
+        express each integer input through them (unused integer inputs get 0)."""
+        for t_index, position in enumerate(self.tensor_positions):
+            value = self.values[position]
+            if isinstance(value, torch.Tensor):
+                for dim, size in enumerate(value.shape):
+                    if _is_symbolic(size) and size.node.expr.is_symbol:
+                        self.symbols.setdefault(size.node.expr, (t_index, dim))
+        for position in self.int_positions:
+            value = self.values[position]
+            expr = value.node.expr if isinstance(value, torch.SymInt) else value
+            if not self.placeholders[position].users:
+                self.int_exprs[position] = 0
+            elif all(symbol in self.symbols for symbol in getattr(expr, "free_symbols", ())):
+                self.int_exprs[position] = expr
+            elif getattr(expr, "is_symbol", False):
+                # A size no tensor input carries: it travels as the length of a small uint8 tensor.
+                self.symbols[expr] = (len(self.tensor_positions) + len(self.carriers), 0)
+                self.carriers.append(position)
+                self.int_exprs[position] = expr
+            else:
+                raise ExportError(f"{self.kind} graph input {self.placeholders[position].name} = {expr} is not "
+                                  "computable from tensor dimensions")
+
+    def _session_inputs(self, args: list) -> list[torch.Tensor]:
+        """The tensor inputs, then one uint8 tensor of length n per size n that no tensor carries."""
+        # (Before the dropout masks are drawn, their slots are None.)
+        return [*(args[p] if p < len(args) else None for p in self.tensor_positions),
+                *(torch.empty(int(args[p]), dtype=torch.uint8) for p in self.carriers)]
+
+    def _size(self, args: list, value) -> int:
+        """A (possibly symbolic) size of the traced graph, evaluated with this call's input sizes."""
+        if not isinstance(value, torch.SymInt):
+            return int(value)
+        inputs = self._session_inputs(args)
+        values = {s: inputs[t].shape[d] for s, (t, d) in self.symbols.items()}
+        return int(value.node.expr.xreplace(values))
+
+    def _draw_masks(self, args: list) -> list:
+        """Dropout masks drawn by torch's own native_dropout, as eager would draw them (shape, dtype, strides)."""
+        masks = []
+        for p, like in self.masks:
+            shape = [self._size(args, s) for s in like.shape]
+            stride = [self._size(args, s) for s in like.stride()]
+            buffer = torch.empty_strided(shape, stride, dtype=like.dtype)
+            masks.append(torch.ops.aten.native_dropout.default(buffer, p, True)[1])
+        return masks
+
+    # ----- export, cache, session -----
+    def _cache_key(self, tensors: list[torch.Tensor]) -> str:
+        import onnxruntime
+        import onnxscript
+
+        meta = [(str(v.dtype), [str(s) for s in v.shape]) for v in
+                (self.values[p] for p in self.tensor_positions) if isinstance(v, torch.Tensor)]
+        text = "\n".join([self.graph.code, repr(meta), torch.__version__, onnxruntime.__version__,
+                          onnxscript.__version__, ",".join(self.config.providers), "turbotrain-ort-1"])
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def _export(self, tensors: list[torch.Tensor]):
+        dynamic = tuple({dim: torch.export.Dim.AUTO for dim, size in enumerate(self.values[p].shape)
+                         if _is_symbolic(size)} or None for p in self.tensor_positions)
+        dynamic += tuple({0: torch.export.Dim.AUTO} for _ in self.carriers)
+        module = TensorInputs(self.graph, self.int_exprs, self.symbols, self.tensor_positions, self.tensor_outputs)
+        names = [f"input_{i}" for i in range(len(tensors))]
+        # Detached: parameters given to torch.export as user inputs fail inside its functionalization.
+        return export_module(module, [t.detach() for t in tensors], names, [f"output_{i}" for i in self.tensor_outputs],
+                             dynamic_shapes={"inputs": dynamic})
+
+    def _open(self, tensors: list[torch.Tensor]) -> None:
+        import time
+
+        import onnxruntime as ort
+
+        key = self._cache_key(tensors)
+        cache = self.config.cache_dir
+        path = cache / f"{key}.onnx" if cache else None
+        if path is not None and path.is_file():
+            STATS.cache_hits += 1
+        else:
+            start = time.perf_counter()
+            proto = _in_clean_thread(self._export, tensors)
+            STATS.exports += 1
+            STATS.export_seconds += time.perf_counter() - start
+            if path is None:
+                options = self._session_options(ort)
+                self.session = ort.InferenceSession(proto.SerializeToString(), sess_options=options,
+                                                    providers=list(self.config.providers))
+                return
+            save_onnx(proto, path)
+        options = self._session_options(ort)
+        self.session = ort.InferenceSession(str(path), sess_options=options, providers=list(self.config.providers))
+
+    def _session_options(self, ort):
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        for name, value in self.config.session_options.items():
+            setattr(options, name, value)
+        return options
+
+    # ----- running -----
+    def _run_session(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        binding = self.session.io_binding()
+        for info in self.session.get_inputs():
+            index = self.input_of_name.get(info.name)
+            index = int(info.name.removeprefix("input_")) if index is None else index
+            tensor = tensors[index].contiguous()
+            tensors[index] = tensor  # keep the memory alive until the run ends
+            binding.bind_input(info.name, "cpu", 0, _DTYPES[tensor.dtype], tuple(tensor.shape), tensor.data_ptr())
+        for info in self.session.get_outputs():
+            binding.bind_output(info.name, "cpu")
+        self.session.run_with_iobinding(binding)
+        arrays = binding.copy_outputs_to_cpu()
+        by_name = dict(zip((o.name for o in self.session.get_outputs()), arrays))
+        return [torch.from_numpy(np.asarray(by_name[f"output_{i}"])) for i in self.tensor_outputs]
+
+    def _assemble(self, args: list, tensor_outputs: list[torch.Tensor]) -> list:
+        """Full output list: tensors in the expected strides, symbolic ints evaluated from input sizes."""
+        results: list = [None] * len(self.out_values)
+        for i, tensor in zip(self.tensor_outputs, tensor_outputs):
+            results[i] = _restride(tensor, self.out_values[i])
+        for i, value in enumerate(self.out_values):
+            if i not in set(self.tensor_outputs):
+                results[i] = self._size(args, value) if isinstance(value, torch.SymInt) else value
+        return results
+
+    def _fall_back(self, reason: str) -> None:
+        self.eager = True
+        STATS.fallbacks.append(reason)
+        warn_once(f"turbotrain onnxruntime backend: a {self.kind} graph runs in eager PyTorch instead: {reason}")
+
+    def __call__(self, *args):
+        args = list(args)
+        args += self._draw_masks(args) if self.masks else []
+        if not self.eager and self.session is None:
+            try:
+                if self.tracing_error is not None:
+                    raise self.tracing_error
+                self._open(self._session_inputs(args))
+            except ExportError as error:
+                self._fall_back(f"ONNX export failed{f' at {error.op}' if error.op else ''} ({error})")
+            return self._first_run(args)
+        if self.eager:
+            return self.graph(*args)
+        return self._assemble(args, self._run_session(self._session_inputs(args)))
+
+    def _first_run(self, args: list) -> list:
+        expected = self.graph(*args)
+        if self.eager:
+            return expected
+        try:
+            got = self._assemble(args, self._run_session(self._session_inputs(args)))
+        except Exception as error:  # onnxruntime raises its own exception types
+            self._fall_back(f"ONNX Runtime could not run it ({type(error).__name__}: {str(error)[:300]})")
+            return expected
+        if self.config.check_first_run:
+            mismatch = _first_mismatch(got, expected)
+            if mismatch:
+                self._fall_back(f"its outputs differ from eager ({mismatch})")
+                return expected
+        return got
+
+
+def _in_clean_thread(function, *args):
+    """Run `function` in a fresh thread: AOTAutograd's runtime leaves thread-local dispatch state (the
+    functionalization keys) that torch.export must not inherit; a new thread starts without it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(function, *args).result()
+
+
+def _restride(tensor: torch.Tensor, expected) -> torch.Tensor:
+    """Lay out a contiguous result in the stride order the graph's output had (dense, same order)."""
+    if not isinstance(expected, torch.Tensor) or tensor.dim() < 2:
+        return tensor
+    strides = [int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else s
+               for s in expected.stride()]
+    if any(not isinstance(s, int) for s in strides):
+        return tensor
+    order = sorted(range(tensor.dim()), key=lambda d: -strides[d])
+    if order == list(range(tensor.dim())):
+        return tensor
+    inverse = [order.index(d) for d in range(tensor.dim())]
+    return tensor.permute(order).contiguous().permute(inverse)
+
+
+def _first_mismatch(got: list, expected) -> str | None:
+    for i, (a, b) in enumerate(zip(got, expected)):
+        if not isinstance(b, torch.Tensor):
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            return f"output {i}: {tuple(a.shape)} {a.dtype} vs eager {tuple(b.shape)} {b.dtype}"
+        if b.is_floating_point():
+            scale = b.abs().max().item() if b.numel() else 0.0
+            diff = (a - b).abs().max().item() if b.numel() else 0.0
+            if diff > CHECK_RTOL * scale + CHECK_ATOL:
+                return f"output {i}: max difference {diff:.3g} at scale {scale:.3g}"
+        elif not torch.equal(a, b):
+            return f"output {i}: integer values differ"
+    return None
