@@ -41,3 +41,25 @@ def test_attention_backward_is_traced_through_the_math_kernel(tmp_path):
     q11 = torch.randn(2, 2, 11, 4)
     (grad,) = run(proto, tmp_path, {"q": q11.numpy()})
     np.testing.assert_allclose(grad, attention_grad(q11.clone().requires_grad_(True)).numpy(), atol=1e-5)
+
+
+def test_embedding_backward_with_repeated_ids_is_exact_in_onnxruntime(tmp_path):
+    # index_put(accumulate=True) would export to ScatterND(add), whose ONNX Runtime CPU kernel loses
+    # updates when ids repeat (off by tens here); the exporter's rewrite makes it ScatterElements.
+    from turbotrain.export.graph_rewrites import scatter_add_for_index_put
+
+    weight = torch.randn(2, 256)
+    ids = (torch.arange(2048) % 3 == 0).long()
+
+    def embedding_grad(w, upstream, ids):
+        w = w.requires_grad_(True)
+        return torch.autograd.grad((torch.nn.functional.embedding(ids, w) * upstream).sum(), w)[0]
+
+    upstream = torch.randn(2048, 256)
+    graph = trace_aten(embedding_grad, (weight, upstream, ids))
+    assert scatter_add_for_index_put(graph) == []
+    assert any(node.target is torch.ops.aten.scatter_add.default for node in graph.graph.nodes)
+    proto = export_module(GraphModule(graph, {"ids": ids}), (weight, upstream), ["w", "upstream"], ["grad"])
+    (grad,) = run(proto, tmp_path, {"w": weight.numpy(), "upstream": upstream.numpy()})
+    expected = embedding_grad(weight.clone(), upstream, ids)
+    np.testing.assert_allclose(grad, expected.numpy(), rtol=1e-5, atol=1e-3)

@@ -33,3 +33,7 @@ class Backend:
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Return the module the Trainer should train (default: the model itself)."""
         return model
+
+    def report(self) -> dict:
+        """What the backend did so far, for logs and the benchmark (e.g. export seconds, fallbacks)."""
+        return {}

@@ -99,3 +99,9 @@ class OnnxRuntimeBackend(Backend):
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model.compile(backend=ort_compiler(self.config))
         return model
+
+    def report(self) -> dict:
+        from turbotrain.backends.ort_graph import STATS
+
+        return {"exports": STATS.exports, "cache_hits": STATS.cache_hits, "export_s": round(STATS.export_seconds, 1),
+                "fallbacks": list(STATS.fallbacks)}

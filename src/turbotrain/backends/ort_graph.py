@@ -19,7 +19,6 @@ the rest of the AOTAutograd graph expects.
 from __future__ import annotations
 
 import hashlib
-import operator
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,8 @@ import numpy as np
 import torch
 from torch.fx import GraphModule
 
+from turbotrain.backends.ort_rewrites import constants_as_buffers, masks_for_dropout
+from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, export_module, save_onnx
 from turbotrain.utils.warnings import warn_once
 
@@ -62,43 +63,6 @@ def _is_symbolic(value) -> bool:
         not getattr(value.node.expr, "is_number", False)
 
 
-def _constants_as_buffers(graph: GraphModule) -> None:
-    """AOTAutograd keeps tensor constants as plain attributes; torch.export only lifts registered buffers."""
-    for node in graph.graph.nodes:
-        if node.op == "get_attr" and "." not in node.target:
-            value = getattr(graph, node.target)
-            if isinstance(value, torch.Tensor) and node.target not in dict(graph.named_buffers()):
-                delattr(graph, node.target)
-                graph.register_buffer(node.target, value, persistent=False)
-
-
-def masks_for_dropout(graph: GraphModule) -> list[tuple[float, str]]:
-    """Replace every `native_dropout(x, p, train)` by `x * mask * 1/(1-p)` with `mask` a new input."""
-    masks = []
-    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
-    for node in list(graph.graph.nodes):
-        if node.target is not torch.ops.aten.native_dropout.default:
-            continue
-        x, p = node.args[0], float(node.args[1])
-        with graph.graph.inserting_after(placeholders[-1]):
-            mask = graph.graph.placeholder(f"dropout_mask_{len(masks)}")
-        mask.meta["val"] = torch.empty_like(x.meta["val"], dtype=torch.bool) if "val" in x.meta else None
-        placeholders.append(mask)
-        with graph.graph.inserting_before(node):
-            scaled = graph.graph.call_function(torch.ops.aten.mul.Tensor, (x, mask))
-            out = graph.graph.call_function(torch.ops.aten.mul.Tensor, (scaled, 1.0 / (1.0 - p) if p < 1 else 0.0))
-        if "val" in node.meta:
-            scaled.meta["val"] = out.meta["val"] = node.meta["val"][0]
-        for user in list(node.users):
-            if user.target is operator.getitem:
-                user.replace_all_uses_with(out if user.args[1] == 0 else mask)
-                graph.graph.erase_node(user)
-        graph.graph.erase_node(node)
-        masks.append((p, x.meta.get("val")))
-    graph.recompile()
-    return masks
-
-
 class TensorInputs(torch.nn.Module):
     """`graph(*args)` with only tensor inputs and outputs: integer inputs are computed from tensor sizes."""
 
@@ -130,8 +94,9 @@ class OrtGraph:
     def __init__(self, graph: GraphModule, example_inputs: Sequence, config: OrtConfig, kind: str):
         self.kind, self.config = kind, config
         self.graph = graph
-        _constants_as_buffers(graph)
+        constants_as_buffers(graph)
         self.masks = masks_for_dropout(graph)
+        self.unsupported = scatter_add_for_index_put(graph)
         self.placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
         values = [n.meta.get("val") for n in self.placeholders]
         self.int_positions = [i for i, v in enumerate(values) if isinstance(v, (int, torch.SymInt))]
@@ -139,6 +104,7 @@ class OrtGraph:
         output_node = next(n for n in graph.graph.nodes if n.op == "output")
         out_values = [getattr(a, "meta", {}).get("val") if a is not None else None for a in output_node.args[0]]
         self.out_values = out_values
+        self.output_names = [getattr(a, "name", str(a)) for a in output_node.args[0]]
         self.tensor_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.Tensor)]
         # The exporter names a graph input after the output that returns it unchanged: bind by name.
         tensor_index = {self.placeholders[p]: t for t, p in enumerate(self.tensor_positions)}
@@ -153,6 +119,8 @@ class OrtGraph:
         self.symbols: dict = {}
         self.tracing_error: ExportError | None = None
         try:
+            if self.unsupported:
+                raise ExportError(self.unsupported[0], op="aten.index_put.default")
             self._locate_symbols()
         except ExportError as error:
             self.tracing_error = error
@@ -214,9 +182,13 @@ class OrtGraph:
 
         meta = [(str(v.dtype), [str(s) for s in v.shape]) for v in
                 (self.values[p] for p in self.tensor_positions) if isinstance(v, torch.Tensor)]
-        text = "\n".join([self.graph.code, repr(meta), torch.__version__, onnxruntime.__version__,
-                          onnxscript.__version__, ",".join(self.config.providers), "turbotrain-ort-1"])
-        return hashlib.sha256(text.encode()).hexdigest()[:32]
+        text = "\n".join([self.graph.code, repr(meta), repr(self.int_exprs), torch.__version__,
+                          onnxruntime.__version__, onnxscript.__version__, ",".join(self.config.providers),
+                          "turbotrain-ort-1"])
+        digest = hashlib.sha256(_renumber_symbols(text).encode())
+        for name, buffer in self.graph.named_buffers():
+            digest.update(name.encode() + buffer.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+        return digest.hexdigest()[:32]
 
     def _export(self, tensors: list[torch.Tensor]):
         dynamic = tuple({dim: torch.export.Dim.AUTO for dim, size in enumerate(self.values[p].shape)
@@ -315,11 +287,19 @@ class OrtGraph:
             self._fall_back(f"ONNX Runtime could not run it ({type(error).__name__}: {str(error)[:300]})")
             return expected
         if self.config.check_first_run:
-            mismatch = _first_mismatch(got, expected)
+            mismatch = _first_mismatch(got, expected, self.output_names)
             if mismatch:
                 self._fall_back(f"its outputs differ from eager ({mismatch})")
                 return expected
         return got
+
+
+def _renumber_symbols(text: str) -> str:
+    """Symbol names (s52, u3) count compilations in the process; number them by first appearance."""
+    import re
+
+    order: dict[str, str] = {}
+    return re.sub(r"\b([su])\d+\b", lambda m: order.setdefault(m.group(0), f"{m.group(1)}{len(order)}"), text)
 
 
 def _in_clean_thread(function, *args):
@@ -346,17 +326,18 @@ def _restride(tensor: torch.Tensor, expected) -> torch.Tensor:
     return tensor.permute(order).contiguous().permute(inverse)
 
 
-def _first_mismatch(got: list, expected) -> str | None:
+def _first_mismatch(got: list, expected, names: list[str]) -> str | None:
     for i, (a, b) in enumerate(zip(got, expected)):
+        where = f"output {i} ({names[i]})"
         if not isinstance(b, torch.Tensor):
             continue
         if a.shape != b.shape or a.dtype != b.dtype:
-            return f"output {i}: {tuple(a.shape)} {a.dtype} vs eager {tuple(b.shape)} {b.dtype}"
+            return f"{where}: {tuple(a.shape)} {a.dtype} vs eager {tuple(b.shape)} {b.dtype}"
         if b.is_floating_point():
             scale = b.abs().max().item() if b.numel() else 0.0
             diff = (a - b).abs().max().item() if b.numel() else 0.0
             if diff > CHECK_RTOL * scale + CHECK_ATOL:
-                return f"output {i}: max difference {diff:.3g} at scale {scale:.3g}"
+                return f"{where}: max difference {diff:.3g} at scale {scale:.3g}"
         elif not torch.equal(a, b):
-            return f"output {i}: integer values differ"
+            return f"{where}: integer values differ"
     return None

@@ -104,6 +104,13 @@ def _data_lines(result: dict) -> list[str]:
     if "length_histogram" in result:
         shown = ", ".join(f"{k}: {v:,}" for k, v in result["length_histogram"].items())
         lines.append(f"Example lengths (tokens): {shown}.")
+    for name, row in result["peers"].items():
+        report = row.get("backend_report")
+        if report:
+            shown = ", ".join(f"{k} {v}" for k, v in report.items() if k != "fallbacks")
+            fallbacks = report.get("fallbacks") or []
+            lines.append(f"{name} ({row['backend']}): {shown}; graphs falling back to eager: {len(fallbacks)}"
+                         + (f" ({'; '.join(fallbacks)[:300]})" if fallbacks else "") + ".")
     return lines
 
 

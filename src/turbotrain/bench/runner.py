@@ -39,6 +39,7 @@ class PeerRuns:
     peaks_mb: list[float] = field(default_factory=list)
     backend: str = ""
     passes: list[str] = field(default_factory=list)
+    backend_reports: list[dict] = field(default_factory=list)
 
     def throughputs(self, warmup: int) -> list[float]:
         """Real tokens per second of every measured step."""
@@ -73,7 +74,10 @@ def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memo
     runs.losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
     if peak is not None:
         runs.peaks_mb.append(peak)
-    runs.backend = getattr(getattr(trainer, "backend", None), "name", "")
+    backend = getattr(trainer, "backend", None)
+    runs.backend = getattr(backend, "name", "")
+    if backend is not None and backend.report():
+        runs.backend_reports.append(backend.report())
     report = getattr(trainer, "turbo_report", None)
     runs.passes = report.applied if report is not None else []
 
@@ -99,6 +103,8 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str) -
             "backend": peer.backend or ("inductor" if name == "compiled" else "eager"),
             "passes": peer.passes,
         }
+        if peer.backend_reports:
+            row["backend_report"] = peer.backend_reports[-1]  # cumulative over the rounds so far
         if stock is not None:
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(peer, stock)
         rows[name] = row

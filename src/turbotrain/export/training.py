@@ -21,7 +21,8 @@ import torch
 from torch.func import functional_call
 
 from turbotrain.export.adamw_graph import AdamWStep, optimizer_io_names
-from turbotrain.export.onnx_graph import GraphModule, export_module, save_onnx, trace_aten
+from turbotrain.export.graph_rewrites import scatter_add_for_index_put
+from turbotrain.export.onnx_graph import ExportError, GraphModule, export_module, save_onnx, trace_aten
 from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, max_positions, model_kwargs, sample_inputs, task_of
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
@@ -109,6 +110,9 @@ class _StepFunctions:
 
 def _export_graph(fn, steps: _StepFunctions, params, batch, output_names, path: Path, label_axes) -> None:
     graph = trace_aten(fn, (*params, *batch, *steps.frozen.values()))
+    refused = scatter_add_for_index_put(graph)
+    if refused:
+        raise ExportError(f"cannot export a training graph that ONNX Runtime computes correctly: {refused[0]}")
     input_names = [*steps.trainable, *INPUT_NAMES, "labels"]
     proto = export_module(GraphModule(graph, steps.frozen), (*params, *batch), input_names, output_names,
                           {**DYNAMIC_AXES, "labels": label_axes}, max_sizes={"sequence": max_positions(steps.model)})
