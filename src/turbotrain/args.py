@@ -15,6 +15,8 @@ embedding_grad   keep the input embedding's gradient in a persistent buffer (exa
 
 from __future__ import annotations
 
+import logging
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -22,6 +24,15 @@ from transformers import TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
+
+
+logger = logging.getLogger("turbotrain")
+
+
+def _cpu_only_multiprocess() -> bool:
+    """Launched as several processes (torchrun, accelerate launch) on a machine with no GPU."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and not (
+        hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
 @dataclass
@@ -70,6 +81,12 @@ class TurboTrainingArguments(TrainingArguments):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
             raise ValueError(f"max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}")
+        if _cpu_only_multiprocess() and not self.use_cpu:
+            # Without use_cpu, Accelerate treats a torchrun launch on a machine with no accelerator as
+            # not distributed: no gradient all-reduce, and Trainer still scales the loss by the process count.
+            logger.info("turbotrain: %s CPU processes and no accelerator: use_cpu=True (gloo data parallel)",
+                        os.environ.get("WORLD_SIZE"))
+            self.use_cpu = True
         super().__post_init__()
 
     @property

@@ -60,7 +60,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--rounds", type=int, default=d.rounds)
     p.add_argument("--steps", type=int, default=d.steps, help="measured steps per round and peer")
     p.add_argument("--warmup", type=int, default=d.warmup, help="unmeasured steps at the start of each round")
-    p.add_argument("--peers", nargs="+", default=list(d.peers), help="subset of: stock compiled turbo")
+    p.add_argument("--peers", nargs="+", default=list(d.peers), help="subset of: stock compiled turbo turbo:<backend> (e.g. turbo:onnxruntime turbo:inductor)")
     p.add_argument("--backend", default=d.backend, choices=valid_choices(), help="TurboTrainer's backend")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
     p.add_argument("--lengths", default=d.lengths, choices=["fixed", "variable"],
@@ -114,8 +114,26 @@ def _run_ondevice_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _profile_parser(sub) -> None:
+    from turbotrain.bench.workload import Workload
+
+    p = sub.add_parser("profile-ort", help="ONNX Runtime kernel time by op type for the benchmark workload")
+    p.add_argument("--out", default="profile-ort")
+    p.add_argument("--steps", type=int, default=5)
+    _add_model_flags(p, Workload())
+
+
+def _run_profile(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.ort_profile import profile_onnxruntime
+    from turbotrain.bench.workload import Workload
+
+    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out", "steps"}}
+    profile_onnxruntime(Workload(**fields), steps=ns.steps, out_dir=ns.out)
+    return 0
+
+
 COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export,
-            "bench-ondevice": _run_ondevice_bench}
+            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     _bench_parser(sub)
     _export_parser(sub)
     _ondevice_bench_parser(sub)
+    _profile_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 

@@ -11,6 +11,9 @@ It hooks in only through Trainer's overridable methods and never copies the trai
 * `_get_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
 * `_get_num_items_in_batch`: Trainer counts the loss's items on the padded labels that packed
   batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
+* `_save_checkpoint` / `train(resume_from_checkpoint=True)`: every checkpoint is committed only once
+  fully on disk, and resuming skips one a kill cut off mid-write (checkpoints.py); Trainer's own code
+  writes and loads it.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
 for them (one warning) instead of changing the numbers.
@@ -23,10 +26,13 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 
 from torch import nn
 from transformers import Trainer, TrainingArguments
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
+from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
@@ -100,3 +106,27 @@ class TurboTrainer(Trainer):
         if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):
             batch_samples = [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
         return super()._get_num_items_in_batch(batch_samples, device)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        if self.args.should_save:
+            checkpoints.begin(folder)
+        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate only after the commit
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self.args.save_total_limit = limit
+        if self.args.should_save:
+            checkpoints.commit(folder)
+            rotate_checkpoints(output_dir=self._get_output_dir(trial=trial), save_total_limit=limit,
+                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+
+    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = checkpoints.last_complete_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
+        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and \
+                not checkpoints.is_complete(resume_from_checkpoint):
+            raise ValueError(f"{resume_from_checkpoint} is not a complete checkpoint (cut off while being written)")
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)

@@ -12,8 +12,8 @@ Life of a graph, on its first call with real tensors:
    1e-4 of each output's scale); a graph that fails to export, fails this check or later fails to run
    falls back to eager with one warning naming the reason, never silently.
 Steady state: inputs bound by name without copies (IOBinding on the torch tensors' memory), outputs
-copied once out of ONNX Runtime (a cost on CPU: one memcpy per output), laid out again with the strides
-the rest of the AOTAutograd graph expects.
+written by ONNX Runtime straight into torch tensors allocated at the traced shapes (symbolic sizes
+evaluated for this call), then laid out with the strides the rest of the AOTAutograd graph expects.
 """
 
 from __future__ import annotations
@@ -161,7 +161,11 @@ class OrtGraph:
         """A (possibly symbolic) size of the traced graph, evaluated with this call's input sizes."""
         if not isinstance(value, torch.SymInt):
             return int(value)
-        inputs = self._session_inputs(args)
+        return self._size_from(self._session_inputs(args), value)
+
+    def _size_from(self, inputs: list, value) -> int:
+        if not isinstance(value, torch.SymInt):
+            return int(value)
         values = {s: inputs[t].shape[d] for s, (t, d) in self.symbols.items()}
         return int(value.node.expr.xreplace(values))
 
@@ -240,12 +244,18 @@ class OrtGraph:
             tensor = tensors[index].contiguous()
             tensors[index] = tensor  # keep the memory alive until the run ends
             binding.bind_input(info.name, "cpu", 0, _DTYPES[tensor.dtype], tuple(tensor.shape), tensor.data_ptr())
-        for info in self.session.get_outputs():
-            binding.bind_output(info.name, "cpu")
+        # Outputs land directly in torch tensors of the traced shapes (no copy out of ONNX Runtime).
+        results = {}
+        for i in self.tensor_outputs:
+            if f"output_{i}" in self.input_of_name:  # an input returned unchanged: it is that tensor
+                results[f"output_{i}"] = tensors[self.input_of_name[f"output_{i}"]]
+                continue
+            fake = self.out_values[i]
+            out = torch.empty([self._size_from(tensors, d) for d in fake.shape], dtype=fake.dtype)
+            results[f"output_{i}"] = out
+            binding.bind_output(f"output_{i}", "cpu", 0, _DTYPES[out.dtype], tuple(out.shape), out.data_ptr())
         self.session.run_with_iobinding(binding)
-        arrays = binding.copy_outputs_to_cpu()
-        by_name = dict(zip((o.name for o in self.session.get_outputs()), arrays))
-        return [torch.from_numpy(np.asarray(by_name[f"output_{i}"])) for i in self.tensor_outputs]
+        return [results[f"output_{i}"] for i in self.tensor_outputs]
 
     def _assemble(self, args: list, tensor_outputs: list[torch.Tensor]) -> list:
         """Full output list: tensors in the expected strides, symbolic ints evaluated from input sizes."""

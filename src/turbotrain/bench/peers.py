@@ -72,5 +72,6 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
         args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
         return Trainer(model=model, args=args, **kw)
     switched_off = {name: False for name in workload.turbo_off}
-    args = TurboTrainingArguments(backend=workload.backend, **switched_off, **_common(workload, output_dir))
+    backend = peer.split(":", 1)[1] if ":" in peer else workload.backend  # "turbo:onnxruntime"
+    args = TurboTrainingArguments(backend=backend, **switched_off, **_common(workload, output_dir))
     return TurboTrainer(model=model, args=args, **kw)

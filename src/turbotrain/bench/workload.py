@@ -52,9 +52,10 @@ class Workload(ModelShape):
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
         if self.task == "cls" and self.lengths == "fixed":
             raise ValueError("task='cls' needs lengths='variable' (classification of paragraphs)")
-        unknown = set(self.peers) - set(PEERS)
+        unknown = {p for p in self.peers if p.split(":", 1)[0] not in PEERS or p.startswith(("stock:", "compiled:"))}
         if unknown or not self.peers:
-            raise ValueError(f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)}")
+            raise ValueError(f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)} "
+                             "(turbo:<backend> runs TurboTrainer on that backend)")
         if self.rounds < 1 or self.steps < 1 or self.warmup < 0:
             raise ValueError("rounds and steps must be >= 1, warmup >= 0")
 

@@ -1,0 +1,40 @@
+"""torchrun with 2 CPU processes (gloo): TurboTrainer under DDP with every pass on gives the losses of one
+process with the same global batch, within 1e-4 relative."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer_helpers import assert_losses_close
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def run(out: Path, per_device: int, *extra: str, processes: int = 1) -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    module = ["-m", "tests.scale.ddp_worker", str(out), str(per_device), *extra]
+    launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
+                "--master_port=0", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0"] if processes > 1 else [sys.executable]
+    done = subprocess.run([*launcher, *module], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads((out / "losses.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory) -> dict:
+    return run(tmp_path_factory.mktemp("single"), 4)
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_match_one_process(tmp_path, single):
+    ddp = run(tmp_path, 2, processes=2)
+    assert ddp["world_size"] == 2 and ddp["wrapped"] == "DistributedType.MULTI_CPU"
+    assert {"label_sparsity", "embedding_grad"} <= set(ddp["passes"])
+    assert_losses_close(ddp["losses"], single["losses"], rtol=1e-4)

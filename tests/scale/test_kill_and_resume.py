@@ -1,0 +1,95 @@
+"""SIGKILL a training run at a random step, and once in the middle of a checkpoint write; resume with
+`resume_from_checkpoint=True`; the losses after the resume are the uninterrupted run's (same data order,
+dropout RNG, optimizer and scheduler state)."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.scale.resume_worker import STEPS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker(out_dir: Path, losses: Path, *extra: str) -> subprocess.Popen:
+    command = [sys.executable, "-m", "tests.scale.resume_worker", str(out_dir), str(losses), *extra]
+    return subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def read_losses(path: Path) -> dict[int, float]:
+    if not path.exists():
+        return {}
+    return {row["step"]: row["loss"] for row in map(json.loads, path.read_text().splitlines())}
+
+
+def wait_for(condition, process: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"worker ended early: {process.stderr.read()[-2000:]}")
+        if time.monotonic() > deadline:
+            process.kill()
+            raise AssertionError("timed out")
+        time.sleep(0.05)
+
+
+def finish(process: subprocess.Popen) -> None:
+    _, err = process.communicate(timeout=600)
+    assert process.returncode == 0, err[-3000:]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> dict[int, float]:
+    tmp = tmp_path_factory.mktemp("full")
+    finish(worker(tmp / "out", tmp / "losses.jsonl"))
+    losses = read_losses(tmp / "losses.jsonl")
+    assert sorted(losses) == list(range(1, STEPS + 1))
+    return losses
+
+
+def assert_resumed_like_uninterrupted(resumed: dict[int, float], full: dict[int, float]) -> None:
+    assert max(resumed) == STEPS
+    for step, loss in resumed.items():
+        assert loss == pytest.approx(full[step], rel=1e-6), (step, loss, full[step])
+
+
+@pytest.mark.slow
+def test_sigkill_at_a_random_step_then_resume(tmp_path, uninterrupted):
+    kill_after = random.Random(os.getpid()).randint(3, STEPS - 2)
+    losses = tmp_path / "killed.jsonl"
+    process = worker(tmp_path / "out", losses)
+    wait_for(lambda: max(read_losses(losses), default=0) >= kill_after, process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    resumed_log = tmp_path / "resumed.jsonl"
+    finish(worker(tmp_path / "out", resumed_log, "resume"))
+    resumed = read_losses(resumed_log)
+    assert min(resumed) <= kill_after + 1, "resume must start from the last checkpoint before the kill"
+    assert_resumed_like_uninterrupted(resumed, uninterrupted)
+
+
+@pytest.mark.slow
+def test_sigkill_during_a_checkpoint_write_then_resume(tmp_path, uninterrupted):
+    out = tmp_path / "out"
+    process = worker(out, tmp_path / "killed.jsonl", "slow-save-at-step", "6")
+    wait_for(lambda: (out / "saving-now").exists(), process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (out / "checkpoint-6" / "model.safetensors").exists(), "the kill must land mid-save"
+    assert not (out / "checkpoint-6" / "optimizer.pt").exists()
+
+    resumed_log = tmp_path / "resumed.jsonl"
+    finish(worker(out, resumed_log, "resume"))
+    resumed = read_losses(resumed_log)
+    assert min(resumed) == 5, "the half-written checkpoint-6 is skipped; resume from checkpoint-4"
+    assert (out / "incomplete-checkpoint-6").is_dir()
+    assert_resumed_like_uninterrupted(resumed, uninterrupted)
