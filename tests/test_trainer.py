@@ -99,21 +99,27 @@ def test_saved_model_loads_in_stock_transformers_with_same_logits(tmp_path):
 @pytest.mark.requires_optuna
 @pytest.mark.skipif(not is_optuna_available(), reason="needs the hpo extra (optuna)")
 def test_hyperparameter_search_with_model_init(tmp_path):
-    models = []
+    """3 optuna trials complete, the best one is reported, and every trial trains a freshly initialised
+    model (with the passes) from the same initial weights."""
+    models, initial = [], []
 
     def model_init(trial=None):
         models.append(make("roberta"))
+        initial.append(models[-1].lm_head.dense.weight.detach().clone())
         return models[-1]
 
     args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 2})
     trainer = TurboTrainer(args=args, model_init=model_init, train_dataset=dataset(), eval_dataset=dataset(n=8))
     best = trainer.hyperparameter_search(
         hp_space=lambda trial: {"learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True)},
-        backend="optuna", n_trials=2, direction="minimize",
+        backend="optuna", n_trials=3, direction="minimize",
     )
-    assert best.hyperparameters["learning_rate"] > 0
-    assert len({id(m) for m in models}) == len(models) >= 3  # one at init, one per trial
+    assert 1e-4 <= best.hyperparameters["learning_rate"] <= 1e-2 and best.objective > 0
+    assert len({id(m) for m in models}) == len(models) == 4  # one at init, one per trial
     assert all("label_sparsity" in getattr(m, "_turbotrain_report").applied for m in models)
+    assert all(torch.equal(w, initial[0]) for w in initial)  # re-initialised, not carried over
+    trained = [m.lm_head.dense.weight.detach() for m in models[1:]]
+    assert not any(torch.equal(w, initial[0]) for w in trained)  # and each trial did train its own
 
 
 def test_optimize_gives_a_plain_trainer_the_same_losses_and_the_sparse_head(tmp_path):
