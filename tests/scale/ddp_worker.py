@@ -1,6 +1,6 @@
 """Worker of the data-parallel test: TurboTrainer on tiny RoBERTa, every pass on, a global batch of 4.
 
-    torchrun --nproc_per_node=2 -m tests.scale.ddp_worker OUT PER_DEVICE_BATCH [BACKEND] [fsdp]
+    torchrun --nproc_per_node=2 -m tests.scale.ddp_worker OUT PER_DEVICE_BATCH [BACKEND] [fsdp|zero1|zero2]
     python -m tests.scale.ddp_worker OUT 4                     (the single-process reference)
 
 Rank 0 writes OUT/losses.json: after every optimizer step, the loss of the trained model on one fixed
@@ -39,8 +39,13 @@ class HeldOutLoss(TrainerCallback):
 
 def main() -> None:
     out, per_device = Path(sys.argv[1]), int(sys.argv[2])
-    backend = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] != "fsdp" else "eager"
+    engines = {"fsdp", "zero1", "zero2"}
+    backend = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] not in engines else "eager"
     extra = {"fsdp": "full_shard"} if "fsdp" in sys.argv else {}
+    for stage in (1, 2):
+        if f"zero{stage}" in sys.argv:
+            extra["deepspeed"] = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto",
+                                  "gradient_accumulation_steps": "auto", "zero_allow_untested_optimizer": True}
     args = TurboTrainingArguments(output_dir=str(out / "run"), backend=backend,
                                   **{**COMMON, "per_device_train_batch_size": per_device, "max_steps": 8}, **extra)
     trainer = TurboTrainer(model=make("roberta", dropout=False), args=args, train_dataset=dataset(n=64))

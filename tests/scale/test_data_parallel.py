@@ -1,5 +1,6 @@
-"""torchrun with 2 CPU processes (gloo): TurboTrainer under DDP with every pass on gives the losses of one
-process with the same global batch, within 1e-4 relative."""
+"""torchrun with 2 CPU processes (gloo): TurboTrainer under DDP, and under DeepSpeed ZeRO stage 1 and 2
+(DeepSpeed's CPU accelerator), with every pass on, trains like one process with the same global batch:
+the held-out loss after every step agrees within 1e-4 relative."""
 
 from __future__ import annotations
 
@@ -38,3 +39,13 @@ def test_ddp_two_processes_match_one_process(tmp_path, single):
     assert ddp["world_size"] == 2 and ddp["wrapped"] == "DistributedType.MULTI_CPU"
     assert {"label_sparsity", "embedding_grad"} <= set(ddp["passes"])
     assert_losses_close(ddp["losses"], single["losses"], rtol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", ["zero1", "zero2"])
+def test_deepspeed_zero_stages_on_cpu_match_one_process(tmp_path, single, stage):
+    pytest.importorskip("deepspeed", reason="needs the deepspeed extra")
+    run_ = run(tmp_path, 2, stage, processes=2)
+    assert run_["wrapped"] == "DistributedType.DEEPSPEED"
+    assert {"label_sparsity", "embedding_grad"} <= set(run_["passes"])
+    assert_losses_close(run_["losses"], single["losses"], rtol=1e-4)

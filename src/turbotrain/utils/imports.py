@@ -17,6 +17,7 @@ EXTRA_OF_PACKAGE = {
     "torchax": "xla",
     "optax": "xla",
     "optuna": "hpo",
+    "deepspeed": "deepspeed",
 }
 
 
