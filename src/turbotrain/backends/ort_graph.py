@@ -108,9 +108,8 @@ class OrtGraph:
         self.tensor_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.Tensor)]
         # The exporter names a graph input after the output that returns it unchanged: bind by name.
         tensor_index = {self.placeholders[p]: t for t, p in enumerate(self.tensor_positions)}
-        self.input_of_name = {}
-        self.input_of_name.update({f"output_{i}": tensor_index[output_node.args[0][i]] for i in self.tensor_outputs
-                                   if output_node.args[0][i] in tensor_index})
+        self.input_of_name = {f"output_{i}": tensor_index[output_node.args[0][i]] for i in self.tensor_outputs
+                              if output_node.args[0][i] in tensor_index}
         self.values = values
         self.session = None
         self.eager = False
@@ -161,11 +160,7 @@ class OrtGraph:
         """A (possibly symbolic) size of the traced graph, evaluated with this call's input sizes."""
         if not isinstance(value, torch.SymInt):
             return int(value)
-        return self._size_from(self._session_inputs(args), value)
-
-    def _size_from(self, inputs: list, value) -> int:
-        if not isinstance(value, torch.SymInt):
-            return int(value)
+        inputs = self._session_inputs(args)
         values = {s: inputs[t].shape[d] for s, (t, d) in self.symbols.items()}
         return int(value.node.expr.xreplace(values))
 
