@@ -12,6 +12,7 @@ dropped.
 from __future__ import annotations
 
 import ast
+import multiprocessing
 import re
 import sys
 import sysconfig
@@ -75,7 +76,9 @@ def stdlib_source_files() -> list[Path]:
 
 def _collect_stdlib_text(workers: int) -> str:
     files = [str(p) for p in stdlib_source_files()]
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    # spawn, not fork: a process that already runs threads (ONNX Runtime, torch, a test session) can
+    # deadlock its forked children on a lock some thread held at fork time (seen in CI).
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
         docstrings = [doc for docs in pool.map(_docstrings_of, files, chunksize=16) for doc in docs]
     try:
         from pydoc_data.topics import topics
