@@ -13,31 +13,28 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from turbotrain.models import ModelShape
+
 
 @dataclass
-class OnDeviceBench:
-    hidden_size: int = 256
-    num_layers: int = 4
-    num_heads: int = 4
-    vocab_size: int = 8000
+class OnDeviceBench(ModelShape):
+    """The benchmark's BERT shares the project's model shape (hidden 256, 4 layers, vocab 8,000, 16 x 128)."""
+
     num_labels: int = 2
-    batch_size: int = 16
-    seq_len: int = 128
     trainable: tuple[str, ...] = ("classifier.", "bert.pooler.")
     rounds: int = 3
     steps: int = 20
     warmup: int = 3
     out: str = "bench-ondevice"
-    results: dict = field(default_factory=dict)
 
     def model(self) -> BertForSequenceClassification:
-        torch.manual_seed(0)
+        torch.manual_seed(self.seed)
         return BertForSequenceClassification(BertConfig(
             vocab_size=self.vocab_size, hidden_size=self.hidden_size, num_hidden_layers=self.num_layers,
             num_attention_heads=self.num_heads, intermediate_size=4 * self.hidden_size, num_labels=self.num_labels))
@@ -73,7 +70,7 @@ def run_ondevice_bench(cfg: OnDeviceBench) -> dict:
                       "peak_rss_mb": statistics.median(r["peak_rss_mb"] for r in rs),
                       "torch_loaded": rs[0]["torch_loaded"]} for mode, rs in runs.items()}
     first_losses = {mode: rs[0]["losses"][:3] for mode, rs in runs.items()}
-    result = {"config": {k: v for k, v in asdict(cfg).items() if k != "results"},
+    result = {"config": asdict(cfg),
               "parameters": sum(p.numel() for p in model.parameters()),
               "trainable_parameters": sum(v for v in (p.numel() for n, p in model.named_parameters()
                                                       if n in exported.manifest.trainable)),
