@@ -115,18 +115,22 @@ def test_golden_steps_through_turbotrainer_and_a_second_process_uses_the_cache(t
     assert_losses_close(second["losses"], first["losses"], rtol=1e-6)
 
 
+def assert_falls_back_with_eager_numbers(family: str, batch, warning: str) -> None:
+    expected = one_step(tiny_models.make(family, dropout=False), batch)
+    model = tiny_models.make(family, dropout=False)
+    model.compile(backend=ort_compiler(OrtConfig(cache_dir=None)))
+    with pytest.warns(TurbotrainWarning, match=warning):
+        got = one_step(model, batch)
+    assert_same_step(got, expected, rtol=1e-6)
+
+
 def test_a_graph_that_fails_to_export_runs_eagerly_with_a_warning(monkeypatch):
     def refuse(*args, **kwargs):
         raise ort_graph.ExportError("no translation", op="aten.fancy_op.default")
 
     monkeypatch.setattr(ort_graph, "export_module", refuse)
-    batch = tiny_models.batch(2, 9, keep=0.5)
-    expected = one_step(tiny_models.make("bert", dropout=False), batch)
-    model = tiny_models.make("bert", dropout=False)
-    model.compile(backend=ort_compiler(OrtConfig(cache_dir=None)))
-    with pytest.warns(TurbotrainWarning, match="runs in eager PyTorch instead: ONNX export failed at aten.fancy_op"):
-        got = one_step(model, batch)
-    assert_same_step(got, expected, rtol=1e-6)
+    assert_falls_back_with_eager_numbers("bert", tiny_models.batch(2, 9, keep=0.5),
+                                         "runs in eager PyTorch instead: ONNX export failed at aten.fancy_op")
 
 
 def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):
@@ -136,13 +140,7 @@ def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):
         return [t * 1.01 if t.is_floating_point() else t for t in original(self, tensors)]
 
     monkeypatch.setattr(ort_graph.OrtGraph, "_run_session", perturbed)
-    batch = tiny_models.batch(2, 11, keep=0.5)
-    expected = one_step(tiny_models.make("llama", dropout=False), batch)
-    model = tiny_models.make("llama", dropout=False)
-    model.compile(backend=ort_compiler(OrtConfig(cache_dir=None)))
-    with pytest.warns(TurbotrainWarning, match="its outputs differ from eager"):
-        got = one_step(model, batch)
-    assert_same_step(got, expected, rtol=1e-6)
+    assert_falls_back_with_eager_numbers("llama", tiny_models.batch(2, 11, keep=0.5), "its outputs differ from eager")
 
 
 def test_options_are_checked(tmp_path):

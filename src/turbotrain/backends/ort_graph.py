@@ -106,6 +106,7 @@ class OrtGraph:
         self.out_values = out_values
         self.output_names = [getattr(a, "name", str(a)) for a in output_node.args[0]]
         self.tensor_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.Tensor)]
+        self.symint_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.SymInt)]
         # The exporter names a graph input after the output that returns it unchanged: bind by name.
         tensor_index = {self.placeholders[p]: t for t, p in enumerate(self.tensor_positions)}
         self.input_of_name = {f"output_{i}": tensor_index[output_node.args[0][i]] for i in self.tensor_outputs
@@ -156,20 +157,23 @@ class OrtGraph:
         return [*(args[p] if p < len(args) else None for p in self.tensor_positions),
                 *(torch.empty(int(args[p]), dtype=torch.uint8) for p in self.carriers)]
 
-    def _size(self, args: list, value) -> int:
-        """A (possibly symbolic) size of the traced graph, evaluated with this call's input sizes."""
-        if not isinstance(value, torch.SymInt):
-            return int(value)
-        inputs = self._session_inputs(args)
-        values = {s: inputs[t].shape[d] for s, (t, d) in self.symbols.items()}
-        return int(value.node.expr.xreplace(values))
+    def _symbol_values(self, args: list) -> dict:
+        """This call's value of every symbol, read once per call off the inputs that carry them."""
+        count = len(self.tensor_positions)
+        return {s: (args[self.tensor_positions[t]].shape[d] if t < count else int(args[self.carriers[t - count]]))
+                for s, (t, d) in self.symbols.items()}
+
+    @staticmethod
+    def _size(values: dict, value) -> int:
+        """A (possibly symbolic) size of the traced graph, evaluated with this call's symbol values."""
+        return int(value.node.expr.xreplace(values)) if isinstance(value, torch.SymInt) else int(value)
 
     def _draw_masks(self, args: list) -> list:
         """Dropout masks drawn by torch's own native_dropout, as eager would draw them (shape, dtype, strides)."""
-        masks = []
+        masks, values = [], self._symbol_values(args)
         for p, like in self.masks:
-            shape = [self._size(args, s) for s in like.shape]
-            stride = [self._size(args, s) for s in like.stride()]
+            shape = [self._size(values, s) for s in like.shape]
+            stride = [self._size(values, s) for s in like.stride()]
             buffer = torch.empty_strided(shape, stride, dtype=like.dtype)
             masks.append(torch.ops.aten.native_dropout.default(buffer, p, True)[1])
         return masks
@@ -256,12 +260,13 @@ class OrtGraph:
 
     def _assemble(self, args: list, tensor_outputs: list[torch.Tensor]) -> list:
         """Full output list: tensors in the expected strides, symbolic ints evaluated from input sizes."""
-        results: list = [None] * len(self.out_values)
+        results: list = list(self.out_values)
         for i, tensor in zip(self.tensor_outputs, tensor_outputs):
             results[i] = _restride(tensor, self.out_values[i])
-        for i, value in enumerate(self.out_values):
-            if i not in set(self.tensor_outputs):
-                results[i] = self._size(args, value) if isinstance(value, torch.SymInt) else value
+        if self.symint_outputs:
+            values = self._symbol_values(args)
+            for i in self.symint_outputs:
+                results[i] = self._size(values, self.out_values[i])
         return results
 
     def _fall_back(self, reason: str) -> None:
