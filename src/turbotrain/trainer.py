@@ -11,6 +11,8 @@ It hooks in only through Trainer's overridable methods and never copies the trai
 * `_get_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
 * `_get_num_items_in_batch`: Trainer counts the loss's items on the padded labels that packed
   batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
+* `_inner_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own
+  (`Backend.training_loop`); every other backend keeps Trainer's.
 * `_save_checkpoint` / `train(resume_from_checkpoint=True)`: every checkpoint is committed only once
   fully on disk, and resuming skips one a kill cut off mid-write (checkpoints.py); Trainer's own code
   writes and loads it.
@@ -51,11 +53,11 @@ class TurboTrainer(Trainer):
     def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *rest, **kwargs):
         args = args if args is not None else TurboTrainingArguments(output_dir="tmp_trainer")
         bound = _TRAINER_SIGNATURE.bind(self, model, args, *rest, **kwargs).arguments
-        self.turbo_options = TurboOptions.from_args(args)
-        self._sparsity_allowed = self._label_sparsity_allowed(args, bound.get("compute_loss_func"))
-        self.backend = get_backend(self.turbo_options.backend_for(args.device))
+        self.backend = get_backend(TurboOptions.from_args(args).backend_for(args.device))
         self.backend.check_available(args)
         self.backend.configure(args)
+        self.turbo_options = TurboOptions.from_args(args)
+        self._sparsity_allowed = self._label_sparsity_allowed(args, bound.get("compute_loss_func"))
         args.optim = resolve_optim_name(args.optim, args.device, self.turbo_options.fused_optimizer)
         self.turbo_report: OptimizeReport | None = None
         if model is not None:
@@ -106,6 +108,13 @@ class TurboTrainer(Trainer):
         if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):
             batch_samples = [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
         return super()._get_num_items_in_batch(batch_samples, device)
+
+    def _inner_training_loop(self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None,
+                             ignore_keys_for_eval=None):
+        loop = self.backend.training_loop(self)
+        if loop is None:
+            return super()._inner_training_loop(batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
+        return loop(batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
 
     def _save_checkpoint(self, model, trial) -> None:
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")

@@ -21,7 +21,9 @@ the stock answer too (NaN loss, zero gradients).
 Saved: (B*T - K) / (B*T) of the head's FLOPs and of the logits memory. At 15% masking that is 85%;
 at batch 16 x 128 and RoBERTa's vocabulary of 50,265 the stock fp32 logits alone are 412 MB, and
 their gradient and softmax as much again each.
-Cost: one host sync per step to count the kept rows (`nonzero`).
+Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that needs static shapes
+(the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
+entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
@@ -99,6 +101,27 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     return HeadLocation(module=module, name=where, causal=is_causal_lm(model))
 
 
+def shifted_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The target of each position: the next label for a causal LM (Transformers shifts in its loss)."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
+
+
+def kept_rows(labels: torch.Tensor, causal: bool, padded_count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows label sparsity keeps, padded to `padded_count` entries (row 0, label -100) for static shapes.
+
+    Returns (rows [padded_count] int32, kept labels [padded_count]) for `LabelSparsity.static_rows`.
+    """
+    flat = shifted_targets(labels, causal).reshape(-1)
+    rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+    if rows.numel() > padded_count:
+        raise ValueError(f"{rows.numel()} labelled rows do not fit in {padded_count}")
+    padded_rows = torch.zeros(padded_count, dtype=torch.int32)
+    padded_rows[: rows.numel()] = rows.to(torch.int32)
+    kept = torch.full((padded_count,), IGNORE_INDEX, dtype=labels.dtype)
+    kept[: rows.numel()] = flat.index_select(0, rows)
+    return padded_rows, kept
+
+
 class LabelSparsity(HookedPass):
     """The installed pass: hooks on the model and its head, removable with `remove()`."""
 
@@ -109,6 +132,7 @@ class LabelSparsity(HookedPass):
         self._rows: torch.Tensor | None = None
         self._expected_rows = 0
         self._forced = False
+        self._given: tuple[torch.Tensor, torch.Tensor] | None = None
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -124,21 +148,37 @@ class LabelSparsity(HookedPass):
         finally:
             self._forced = False
 
+    @contextlib.contextmanager
+    def static_rows(self, rows: torch.Tensor, kept: torch.Tensor):
+        """Use rows chosen outside the model for the calls inside: `rows` [K] index the flattened [B*T]
+        positions, `kept` [K] are their targets (already shifted for a causal LM); padding entries carry
+        label -100. For compilers that need static shapes; see `kept_rows`."""
+        self._given = (rows, kept)
+        try:
+            yield
+        finally:
+            self._given = None
+
     def _select_rows(self, module, args, kwargs):
         labels = kwargs.get("labels")
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
         if "shift_labels" in kwargs:
             return None
-        targets = F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if self.head.causal else labels
-        flat = targets.reshape(-1)
-        rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        kept = flat.index_select(0, rows)
-        self._rows, self._expected_rows = rows, flat.numel()
+        if self._given is not None:
+            rows, kept = self._given
+        else:
+            rows, kept = self._rows_of(labels)
+        self._rows, self._expected_rows = rows, labels.numel()
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
         return args, kwargs
+
+    def _rows_of(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        flat = shifted_targets(labels, self.head.causal).reshape(-1)
+        rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+        return rows, flat.index_select(0, rows)
 
     def _gather_rows(self, module, args):
         rows = self._rows

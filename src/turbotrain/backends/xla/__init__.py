@@ -1,0 +1,73 @@
+"""xla: the training step compiled by XLA through torchax + jax.jit, spread over every local device.
+
+The revival of Transformers' TensorFlow + XLA path for TPUs (removed in Transformers 5), from the same
+PyTorch model: torchax runs the model's torch code on jax arrays, `jax.jit` compiles forward, backward
+and torch's AdamW update into one program (step.py), and a `jax.sharding.Mesh` splits each batch over
+the devices (mesh.py). The same code runs on TPU, GPU and CPU, wherever jax has devices.
+
+Trainer's loop is built on `loss.backward()`, so this backend brings its own small step loop
+(loop.py) and keeps Trainer's dataloaders, LR schedule, callbacks, logging, evaluation (in torch, on
+the trained weights), checkpoints and `save_pretrained` output.
+
+Options (`TurboTrainingArguments(backend="xla", backend_options={...})`, see options.py):
+num_devices, length_buckets, label_row_buckets, matmul_precision.
+Not used with xla (turned off with a log line): padding_free (packed batches change shape every step)
+and embedding_grad (a torch autograd hook), dataloader_pin_memory (importing torchax registers 'jax' as
+torch's PrivateUse1 device; pinning then fails in that process). Refused with an error: fp16/bf16, optimizers other than
+AdamW, a custom compute_loss / compute_loss_func / label smoothing, Trainer subclasses that override
+training_step or compute_loss.
+Exact: the same losses as stock Trainer within float rounding (tests: RoBERTa MLM with label sparsity,
+GPT-2, 10 steps; 1 and 4 devices), dropout aside (jax's PRNG draws different masks).
+Requires the `xla` extra (jax, torchax, optax); torchax 0.0.13 on torch >= 2.13 goes through
+torchax_compat.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import TrainingArguments
+
+from turbotrain.backends.base import Backend, BackendUnavailable
+from turbotrain.backends.registry import register_backend
+from turbotrain.backends.xla.options import XlaOptions
+from turbotrain.utils.imports import is_available
+
+logger = logging.getLogger("turbotrain")
+PACKAGES = ("jax", "torchax", "optax")
+NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook",
+            # torchax registers itself as torch's PrivateUse1 device, and pinning then fails; jax copies from numpy
+            "dataloader_pin_memory": "torchax's 'jax' device cannot pin host memory"}
+
+
+@register_backend
+class XlaBackend(Backend):
+    name = "xla"
+    description = "XLA via torchax + jax.jit (TPU, GPU, CPU), each batch spread over all local devices"
+
+    def __init__(self):
+        self.run = None
+
+    def check_available(self, args: TrainingArguments) -> None:
+        missing = [package for package in PACKAGES if not is_available(package)]
+        if missing:
+            raise BackendUnavailable(f"backend 'xla' needs {', '.join(missing)}, not installed. "
+                                     "Install them with: pip install 'turbotrain[xla]'")
+        XlaOptions.from_dict(getattr(args, "backend_options", None))
+
+    def configure(self, args: TrainingArguments) -> None:
+        for name, reason in NOT_USED.items():
+            if getattr(args, name, False):
+                logger.info("turbotrain xla: %s is not used with this backend (%s)", name, reason)
+                setattr(args, name, False)
+
+    def training_loop(self, trainer):
+        from turbotrain.backends.xla.loop import XlaRun
+
+        self.run = XlaRun(trainer, XlaOptions.from_dict(getattr(trainer.args, "backend_options", None)))
+        return self.run.run
+
+    def report(self) -> dict:
+        if self.run is None:
+            return {}
+        return {"devices": self.run.mesh.size, "compiled_shapes": len(self.run.compiled_shapes)}

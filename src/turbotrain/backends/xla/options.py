@@ -1,0 +1,45 @@
+"""`XlaOptions`: the xla backend's options, from `TurboTrainingArguments(backend_options={...})`.
+
+num_devices        how many local devices the batch is spread over (default: all that jax sees)
+length_buckets     sequence lengths batches are padded up to, so few shapes compile (default: powers
+                   of two from 16; a longer batch pads to the next power of two)
+label_row_buckets  label sparsity pads the kept rows up to a multiple of (batch x length) / this
+                   (default 8: at most 8 shapes per length, at most 1/8 of the rows wasted)
+matmul_precision   jax's default matmul precision inside the step: "highest" (default, fp32 results
+                   match eager's) or "default" (TPU bf16 passes / GPU TF32: faster, not exact)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+MATMUL_PRECISIONS = ("highest", "high", "default")
+
+
+@dataclass(frozen=True)
+class XlaOptions:
+    num_devices: int | None = None
+    length_buckets: tuple[int, ...] | None = None
+    label_row_buckets: int = 8
+    matmul_precision: str = "highest"
+
+    @classmethod
+    def from_dict(cls, options: dict | None) -> XlaOptions:
+        options = dict(options or {})
+        names = {f.name for f in fields(cls)}
+        unknown = set(options) - names
+        if unknown:
+            raise ValueError(f"unknown xla backend options {sorted(unknown)}; valid: {sorted(names)}")
+        if options.get("length_buckets") is not None:
+            options["length_buckets"] = tuple(sorted(int(n) for n in options["length_buckets"]))
+        parsed = cls(**options)
+        parsed.validate()
+        return parsed
+
+    def validate(self) -> None:
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul_precision must be one of {MATMUL_PRECISIONS}, got {self.matmul_precision!r}")
+        if self.label_row_buckets < 1:
+            raise ValueError(f"label_row_buckets must be >= 1, got {self.label_row_buckets}")
+        if self.length_buckets is not None and (not self.length_buckets or min(self.length_buckets) < 1):
+            raise ValueError(f"length_buckets must be positive lengths, got {self.length_buckets}")

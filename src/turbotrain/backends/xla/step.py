@@ -1,0 +1,104 @@
+"""The compiled training step: forward, backward, clipping and the AdamW update in one XLA program.
+
+`CompiledStep(...)(state, frozen, arrays, num_items, learning_rate, key) -> (state, loss, grad_norm)`
+
+* `arrays`: the step's micro-batches from `batches.step_arrays`, [A, B, L, ...] (A micro-batches of
+  gradient accumulation, B split over the mesh's data axis), plus [A, K] kept rows for label sparsity.
+* The model runs through torchax: its torch code traces into jax with the weights substituted by
+  `torch.func.functional_call` (tied weights stay tied). It is called with `return_dict=False` and
+  the loss is taken out inside the traced function (Transformers' output objects cannot cross
+  `jax.jit`). With `num_items` (the model accepts loss kwargs, as Trainer decides) every micro-batch
+  loss is sum / num_items over the whole step; without it each is its mean divided by A, as Trainer does.
+* Gradients are summed over the A micro-batches (`lax.scan`), clipped like torch, then torch's AdamW.
+* Dropout draws from jax's PRNG with a key per step (`key`), not from torch's generator: the same
+  distribution, different draws than eager.
+* One compile per distinct input shape; `batches.py` keeps the shapes few. The state is donated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import optax
+import torch
+from torch import nn
+
+from turbotrain.backends.xla.batches import KEPT, ROWS
+from turbotrain.backends.xla.mesh import replicated, split_batch
+from turbotrain.backends.xla.optimizer import with_learning_rate
+from turbotrain.backends.xla.state import TrainState
+from turbotrain.backends.xla.torchax_compat import import_torchax
+
+
+class CompiledStep:
+    def __init__(self, model: nn.Module, clip: optax.GradientTransformation | None,
+                 adamw: optax.GradientTransformation, mesh, sparsity=None, matmul_precision: str = "highest"):
+        self.model = model
+        self.clip = clip
+        self.adamw = adamw
+        self.mesh = mesh
+        self.sparsity = sparsity
+        self.matmul_precision = matmul_precision
+        self.env = import_torchax().default_env()
+        self.compiled_shapes: set[tuple] = set()
+        self._jitted = jax.jit(self._step, out_shardings=replicated(mesh), donate_argnums=(0,))
+
+    def init_opt_state(self, params: dict) -> tuple:
+        clip_state = self.clip.init(params) if self.clip is not None else optax.EmptyState()
+        return clip_state, self.adamw.init(params)
+
+    def _micro_loss(self, params, frozen, micro, num_items, key, micro_count):
+        env = self.env
+        with env, env.override_property(prng=key):
+            weights, inputs, items = env.j2t_iso(({**params, **frozen}, micro, num_items))
+            kwargs = {name: value for name, value in inputs.items() if name not in (ROWS, KEPT)}
+            if items is not None:
+                kwargs["num_items_in_batch"] = items
+            rows = self.sparsity.static_rows(inputs[ROWS], inputs[KEPT]) if ROWS in inputs else contextlib.nullcontext()
+            with rows:
+                outputs = torch.func.functional_call(self.model, weights, args=(), kwargs={**kwargs, "return_dict": False})
+            loss = outputs[0] if items is not None else outputs[0] / micro_count
+            return env.t2j_iso(loss)
+
+    def _grads(self, params, frozen, arrays, num_items, key):
+        micro_count = next(iter(arrays.values())).shape[0]
+        value_and_grad = jax.value_and_grad(self._micro_loss)
+        keys = jax.random.split(key, micro_count)
+        if micro_count == 1:
+            micro = {name: value[0] for name, value in arrays.items()}
+            return value_and_grad(params, frozen, micro, num_items, keys[0], micro_count)
+
+        def accumulate(carry, inputs):
+            loss_sum, grad_sum = carry
+            micro, micro_key = inputs
+            loss, grads = value_and_grad(params, frozen, micro, num_items, micro_key, micro_count)
+            return (loss_sum + loss, jax.tree.map(jnp.add, grad_sum, grads)), None
+
+        start = (jnp.zeros([], jnp.float32), jax.tree.map(jnp.zeros_like, params))
+        (loss, grads), _ = jax.lax.scan(accumulate, start, (arrays, keys))
+        return loss, grads
+
+    def _step(self, state: TrainState, frozen, arrays, num_items, learning_rate, key):
+        loss, grads = self._grads(state.params, frozen, arrays, num_items, key)
+        grad_norm = optax.global_norm(grads)
+        clip_state, adam_state = state.opt_state
+        if self.clip is not None:
+            grads, clip_state = self.clip.update(grads, clip_state, state.params)
+        updates, adam_state = self.adamw.update(grads, with_learning_rate(adam_state, learning_rate), state.params)
+        params = optax.apply_updates(state.params, updates)
+        return TrainState(params, (clip_state, adam_state)), loss, grad_norm
+
+    def place(self, arrays: dict) -> dict:
+        """Put one step's host arrays on the mesh: the batch dimension split, the kept rows split."""
+        placed = {}
+        for name, value in arrays.items():
+            placed[name] = jax.device_put(value, split_batch(self.mesh, leading_axes=1))
+        return placed
+
+    def __call__(self, state: TrainState, frozen, arrays: dict, num_items, learning_rate: float, key):
+        self.compiled_shapes.add(tuple(sorted((name, value.shape) for name, value in arrays.items())))
+        items = None if num_items is None else jnp.asarray(float(num_items), jnp.float32)
+        with jax.default_matmul_precision(self.matmul_precision):
+            return self._jitted(state, frozen, self.place(arrays), items, jnp.asarray(learning_rate, jnp.float32), key)

@@ -1,0 +1,75 @@
+"""Import `torchax` on torch versions newer than it knows, through a small version-gated shim.
+
+torchax 0.0.13 lists ATen overloads that take named dimensions (`aten.prod.dim_Dimname`,
+`aten.index_fill.Dimname_Scalar`, `aten.std.names_dim`, ... 22 in all) in its autocast policy table and its
+decomposition list, and torch 2.13 removed those overloads, so `import torchax` raises
+AttributeError at import time. torchax never executes them (torch cannot produce them any more); they
+are only dictionary keys and list entries there.
+
+The shim applies only when torch lacks `aten.prod.dim_Dimname` (the first one torchax touches) and
+only while torchax and the op tables it loads lazily (`TORCHAX_MODULES`) are imported: a missing overload whose name mentions a named dimension
+resolves to an inert placeholder that no op ever equals. Any other missing overload still raises, so
+a real incompatibility is not hidden. Once torchax stops naming these overloads the shim is inert.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+
+import torch
+from torch._ops import OpOverloadPacket
+
+TESTED_TORCHAX = "0.0.13"
+# torchax imports its op tables when its first Environment is made; the shim imports them up front
+TORCHAX_MODULES = ("torchax", "torchax.ops.jaten", "torchax.ops.jc10d", "torchax.ops.jtorch",
+                   "torchax.ops.jtorchvision_nms", "torchax.decompositions")
+
+
+class RemovedOverload:
+    """Stands for an ATen overload torch no longer has; hashable, equal only to itself."""
+
+    def __init__(self, qualified_name: str):
+        self.qualified_name = qualified_name
+
+    def __repr__(self) -> str:
+        return f"RemovedOverload({self.qualified_name})"
+
+
+def needs_shim() -> bool:
+    return not hasattr(torch.ops.aten.prod, "dim_Dimname")
+
+
+def _is_named_dimension_overload(key: str) -> bool:
+    """ATen spells named-dimension overloads with `Dimname`/`dimname` or `names` (`std.names_dim`)."""
+    return "dimname" in key.lower() or "names" in key.split("_")
+
+
+@contextlib.contextmanager
+def named_dimension_overloads_tolerated():
+    original = OpOverloadPacket.__getattr__
+
+    def getattr_or_placeholder(self, key):
+        try:
+            return original(self, key)
+        except AttributeError:
+            if not _is_named_dimension_overload(key):
+                raise
+            return RemovedOverload(f"{self._qualified_op_name}.{key}")
+
+    OpOverloadPacket.__getattr__ = getattr_or_placeholder
+    try:
+        yield
+    finally:
+        OpOverloadPacket.__getattr__ = original
+
+
+def import_torchax():
+    """`import torchax`, with the shim when this torch needs it. Returns the module."""
+    if "torchax" in sys.modules or not needs_shim():
+        return importlib.import_module("torchax")
+    with named_dimension_overloads_tolerated():
+        for name in TORCHAX_MODULES:
+            importlib.import_module(name)
+    return sys.modules["torchax"]
