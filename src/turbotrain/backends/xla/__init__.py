@@ -12,8 +12,7 @@ the trained weights), checkpoints and `save_pretrained` output.
 Options (`TurboTrainingArguments(backend="xla", backend_options={...})`, see options.py):
 num_devices, length_buckets, label_row_buckets, matmul_precision.
 Not used with xla (turned off with a log line): padding_free (packed batches change shape every step)
-and embedding_grad (a torch autograd hook), dataloader_pin_memory (importing torchax registers 'jax' as
-torch's PrivateUse1 device; pinning then fails in that process). Refused with an error: fp16/bf16, optimizers other than
+and embedding_grad (a torch autograd hook). Refused with an error: fp16/bf16, optimizers other than
 AdamW, a custom compute_loss / compute_loss_func / label smoothing, Trainer subclasses that override
 training_step or compute_loss.
 Exact: the same losses as stock Trainer within float rounding (tests: RoBERTa MLM with label sparsity,
@@ -35,9 +34,7 @@ from turbotrain.utils.imports import is_available
 
 logger = logging.getLogger("turbotrain")
 PACKAGES = ("jax", "torchax", "optax")
-NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook",
-            # torchax registers itself as torch's PrivateUse1 device, and pinning then fails; jax copies from numpy
-            "dataloader_pin_memory": "torchax's 'jax' device cannot pin host memory"}
+NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook"}
 
 
 @register_backend
@@ -70,4 +67,5 @@ class XlaBackend(Backend):
     def report(self) -> dict:
         if self.run is None:
             return {}
-        return {"devices": self.run.mesh.size, "compiled_shapes": len(self.run.compiled_shapes)}
+        return {"devices": self.run.mesh.size, "compiled_shapes": len(self.run.compiled_shapes),
+                "label_sparsity": self.run.used_label_sparsity}

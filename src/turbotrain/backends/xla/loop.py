@@ -31,7 +31,7 @@ from transformers import Trainer
 from transformers.trainer_pt_utils import get_model_param_count
 from transformers.trainer_utils import TrainOutput
 
-from turbotrain.backends.xla.batches import BatchLayout, step_arrays
+from turbotrain.backends.xla.batches import ROWS, BatchLayout, step_arrays
 from turbotrain.backends.xla.mesh import (
     data_parallel_mesh,
     data_parallel_size,
@@ -80,6 +80,7 @@ class XlaRun:
         self.pending_loss = None
         self.state: TrainState | None = None
         self.compiled_shapes: set = set()
+        self.used_label_sparsity = False
 
     def _layout(self, model) -> BatchLayout:
         report = self.trainer.turbo_report
@@ -156,6 +157,7 @@ class XlaRun:
         self._flush_loss()
         self.write_back()
         self.compiled_shapes = step.compiled_shapes
+        self.used_label_sparsity = any(ROWS in dict(shape) for shape in step.compiled_shapes)
         return trainer._finalize_training(trial, num_train_samples, start_time)
 
     def _batches(self, dataloader, epoch: int, skip: int):

@@ -10,6 +10,14 @@ The shim applies only when torch lacks `aten.prod.dim_Dimname` (the first one to
 only while torchax and the op tables it loads lazily (`TORCHAX_MODULES`) are imported: a missing overload whose name mentions a named dimension
 resolves to an inert placeholder that no op ever equals. Any other missing overload still raises, so
 a real incompatibility is not hidden. Once torchax stops naming these overloads the shim is inert.
+
+A second repair, also gated on the failure itself: torchax registers itself as torch's PrivateUse1
+device ("jax") with a device module whose `is_available()` is True, but registers no C++ hooks, so
+`torch.accelerator.is_available()` turns True for the whole process and every later
+`DataLoader(pin_memory=True)` (Trainer's default) raises "Please register PrivateUse1HooksInterface".
+When pinning a tensor fails that way after the import, the "jax" device module reports itself
+unavailable; torch then treats the process as accelerator-less again, as it is (the jax arrays
+torchax computes on are not reached through torch's device registry).
 """
 
 from __future__ import annotations
@@ -66,10 +74,25 @@ def named_dimension_overloads_tolerated():
 
 
 def import_torchax():
-    """`import torchax`, with the shim when this torch needs it. Returns the module."""
-    if "torchax" in sys.modules or not needs_shim():
-        return importlib.import_module("torchax")
-    with named_dimension_overloads_tolerated():
-        for name in TORCHAX_MODULES:
-            importlib.import_module(name)
-    return sys.modules["torchax"]
+    """`import torchax`, with the shims this torch needs. Returns the module."""
+    if "torchax" in sys.modules:
+        return sys.modules["torchax"]
+    if needs_shim():
+        with named_dimension_overloads_tolerated():
+            for name in TORCHAX_MODULES:
+                importlib.import_module(name)
+    torchax = importlib.import_module("torchax")
+    if pinning_broken():
+        torchax.device_module.is_available = lambda: False
+    return torchax
+
+
+def pinning_broken() -> bool:
+    """True when pinning host memory fails because a PrivateUse1 device has no hooks registered."""
+    if not torch.accelerator.is_available() or torch.cuda.is_available():
+        return False
+    try:
+        torch.empty(1).pin_memory()
+    except RuntimeError as error:
+        return "PrivateUse1HooksInterface" in str(error)
+    return False

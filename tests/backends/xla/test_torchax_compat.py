@@ -1,0 +1,42 @@
+"""torchax_compat.py: the shim tolerates only named-dimension overloads, only while it is active, and
+after the import torch still pins host memory (checked in a fresh process: importing torchax changes
+torch's device registry for the whole process)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.backends.xla import requires_xla
+from turbotrain.backends.xla.torchax_compat import RemovedOverload, named_dimension_overloads_tolerated, needs_shim
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.skipif(not needs_shim(), reason="this torch still has the named-dimension overloads")
+def test_only_named_dimension_overloads_become_placeholders_and_only_inside():
+    with named_dimension_overloads_tolerated():
+        assert isinstance(torch.ops.aten.prod.dim_Dimname, RemovedOverload)
+        assert isinstance(torch.ops.aten.std.names_dim, RemovedOverload)
+        assert torch.ops.aten.prod.dim_Dimname != torch.ops.aten.prod.dim_int
+        with pytest.raises(AttributeError):
+            torch.ops.aten.prod.no_such_overload
+    with pytest.raises(AttributeError):
+        torch.ops.aten.prod.dim_Dimname
+
+
+@requires_xla
+def test_torchax_imports_and_dataloaders_still_pin_memory():
+    script = ("import torch\n"
+              "from turbotrain.backends.xla.torchax_compat import import_torchax\n"
+              "torchax = import_torchax()\n"
+              "loader = torch.utils.data.DataLoader([torch.ones(2)] * 4, batch_size=2, pin_memory=True)\n"
+              "assert len(list(loader)) == 2\n"
+              "print(torchax.__version__)\n")
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]

@@ -1,0 +1,102 @@
+"""Runs in its own process (4 simulated CPU devices; importing torchax changes torch's device registry
+for the whole process): stock Trainer vs TurboTrainer(backend="xla") on tiny RoBERTa MLM and GPT-2.
+
+    python -m tests.backends.xla.xla_worker OUT_DIR
+
+Writes OUT_DIR/results.json: per family the losses of stock, xla on 4 devices and xla on 1 device
+(same global batch of 8), the max |logits| difference between the xla-trained model saved with
+save_model and reloaded by stock Transformers and the stock-trained model, the tie of GPT-2's head;
+for GPT-2 also gradient accumulation, evaluation and a resume from the xla run's checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
+
+import json  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, Trainer, TrainingArguments  # noqa: E402
+
+from tests.tiny_models import make  # noqa: E402
+from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset  # noqa: E402
+from turbotrain import TurboTrainer, TurboTrainingArguments  # noqa: E402
+
+GLOBAL_BATCH = 8
+COMMON = dict(max_steps=10, logging_steps=1, report_to="none", save_strategy="no", seed=0, learning_rate=1e-3,
+              weight_decay=0.01, warmup_steps=2, disable_tqdm=True, dataloader_num_workers=0)
+BUCKETS = {"length_buckets": [40]}  # every batch pads to 40 tokens: one compiled shape per run
+PAD = {"roberta": 1, "gpt2": 0}
+LOADERS = {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM}
+
+
+def train(family: str, out: Path, devices: int | None, accumulation: int = 1, resume=None, **overrides):
+    per_device = GLOBAL_BATCH // accumulation // (devices or 1)
+    common = {**COMMON, **overrides, "per_device_train_batch_size": per_device,
+              "gradient_accumulation_steps": accumulation}
+    data = variable_length_dataset(n=96, max_len=40)
+    eval_data = variable_length_dataset(n=16, max_len=40, seed=1)
+    collator = RightPaddingCollator(PAD[family])
+    model = make(family, dropout=False)
+    if devices is None:
+        args = TrainingArguments(output_dir=str(out), **common)
+        trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=eval_data, data_collator=collator)
+    else:
+        args = TurboTrainingArguments(output_dir=str(out), backend="xla",
+                                      backend_options={**BUCKETS, "num_devices": devices}, **common)
+        trainer = TurboTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_data,
+                               data_collator=collator)
+    trainer.train(resume_from_checkpoint=resume)
+    history = trainer.state.log_history
+    return trainer, {"losses": [h["loss"] for h in history if "loss" in h],
+                     "steps": [h["step"] for h in history if "loss" in h],
+                     "eval": [h["eval_loss"] for h in history if "eval_loss" in h],
+                     "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
+                     "report": trainer.backend.report() if devices else {}}
+
+
+def probe_batch(family: str) -> dict:
+    return RightPaddingCollator(PAD[family])([dict(r) for r in variable_length_dataset(n=4, max_len=40, seed=2)])
+
+
+def logits_gap(family: str, saved: Path, stock_model) -> float:
+    loaded = LOADERS[family].from_pretrained(saved).eval()
+    batch = {k: v for k, v in probe_batch(family).items() if k != "labels"}
+    with torch.no_grad():
+        stock = stock_model.eval()(**batch).logits
+        return float((loaded(**batch).logits - stock).abs().max() / stock.abs().max())
+
+
+def family_results(family: str, out: Path) -> dict:
+    stock, stock_run = train(family, out / "stock", None, eval_strategy="steps", eval_steps=5)
+    four, four_run = train(family, out / "xla4", 4, eval_strategy="steps", eval_steps=5, save_strategy="steps",
+                           save_steps=5)
+    _, one_run = train(family, out / "xla1", 1)
+    four.save_model(str(out / "saved"))
+    result = {"stock": stock_run, "xla4": four_run, "xla1": one_run,
+              "logits_gap": logits_gap(family, out / "saved", stock.model)}
+    if family == "gpt2":
+        loaded = AutoModelForCausalLM.from_pretrained(out / "saved")
+        result["tied"] = loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+        result["parameters"] = [sum(p.numel() for p in m.parameters()) for m in (loaded, stock.model)]
+        _, result["resumed"] = train(family, out / "xla4", 4, resume=str(out / "xla4" / "checkpoint-5"))
+        _, result["stock_accumulation"] = train(family, out / "stock_acc", None, accumulation=2)
+        _, result["xla_accumulation"] = train(family, out / "xla_acc", 4, accumulation=2)
+    return result
+
+
+def main(out: Path) -> None:
+    import jax
+
+    results = {"devices": jax.device_count()}
+    for family in sys.argv[2:] or ("roberta", "gpt2"):
+        results[family] = family_results(family, out / family)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
