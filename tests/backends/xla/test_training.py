@@ -3,7 +3,8 @@
 10 steps of RoBERTa MLM (with label sparsity) and GPT-2 (tied head) through TurboTrainer(backend="xla")
 match stock Trainer's losses within 1e-4 relative, on 4 devices and on 1 (same global batch); the
 model written by save_model loads in stock Transformers and gives the stock-trained model's logits;
-evaluation, gradient accumulation and resuming from an xla checkpoint agree with stock as well.
+evaluation, gradient accumulation and resuming from an xla checkpoint agree with stock as well; the
+compiled forward/backward gives eager's loss and every gradient on an odd-shaped batch.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def test_evaluation_during_training_matches_stock(results, family):
 @pytest.mark.parametrize("family", ["roberta", "gpt2"])
 def test_saved_model_loads_in_stock_transformers_with_the_same_logits(results, family):
     assert results[family]["logits_gap"] < 1e-4
+
+
+@pytest.mark.parametrize("family", ["roberta", "gpt2"])
+def test_compiled_gradients_match_eager_on_an_odd_shaped_batch(results, family):
+    gaps = results[family]["gradients"]
+    assert gaps["rows"] % 4 == 0  # label sparsity's kept rows, padded and split over the devices
+    assert gaps["loss_gap"] < 1e-5
+    assert gaps["max_grad_gap"] < 1e-5, gaps["worst"]
 
 
 def test_label_sparsity_ran_with_static_rows(results):

@@ -5,7 +5,8 @@ for the whole process): stock Trainer vs TurboTrainer(backend="xla") on tiny RoB
 
 Writes OUT_DIR/results.json: per family the losses of stock, xla on 4 devices and xla on 1 device
 (same global batch of 8), the max |logits| difference between the xla-trained model saved with
-save_model and reloaded by stock Transformers and the stock-trained model, the tie of GPT-2's head;
+save_model and reloaded by stock Transformers and the stock-trained model, the loss and gradient gaps
+of the compiled forward/backward against eager on an odd-shaped batch, the tie of GPT-2's head;
 for GPT-2 also gradient accumulation, evaluation and a resume from the xla run's checkpoint.
 """
 
@@ -19,10 +20,12 @@ import json  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, Trainer, TrainingArguments  # noqa: E402
 
 from tests.tiny_models import make  # noqa: E402
+from turbotrain.backends.xla.batches import ROWS  # noqa: E402
 from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset  # noqa: E402
 from turbotrain import TurboTrainer, TurboTrainingArguments  # noqa: E402
 
@@ -71,6 +74,42 @@ def logits_gap(family: str, saved: Path, stock_model) -> float:
         return float((loaded(**batch).logits - stock).abs().max() / stock.abs().max())
 
 
+def gradient_gap(family: str) -> dict:
+    """Loss and every gradient of the compiled step's forward/backward vs eager on an odd-shaped batch
+    (3 sequences of 37, 1 and 20 tokens, padded to 4 rows x 64 and spread over 4 devices)."""
+    import jax
+
+    from tests.tiny_models import padded_batch
+    from turbotrain.backends.xla.batches import BatchLayout, step_arrays
+    from turbotrain.backends.xla.mesh import data_parallel_mesh, replicated
+    from turbotrain.backends.xla.optimizer import torch_adamw
+    from turbotrain.backends.xla.state import split_parameters
+    from turbotrain.backends.xla.step import CompiledStep
+    from turbotrain.passes.label_sparsity import apply_label_sparsity
+
+    model = make(family, dropout=False).train()
+    batch = padded_batch([37, 1, 20], pad_token_id=PAD[family])
+    loss = model(**batch).loss
+    loss.backward()
+    expected = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
+    # a gradient that is zero in exact arithmetic (attention's key bias) is rounding noise in both:
+    # each tensor is judged against its own scale, but no less than 1e-3 of the largest gradient
+    floor = 1e-3 * max(float(grad.abs().max()) for grad in expected.values())
+    sparsity = apply_label_sparsity(model)
+    mesh = data_parallel_mesh(4)
+    trainable, frozen = split_parameters(model)
+    step = CompiledStep(model, None, torch_adamw(0.9, 0.999, 1e-8, 0.0, {n: True for n in trainable}), mesh, sparsity)
+    layout = BatchLayout(global_rows=4, data_parallel=4, pad_token_id=PAD[family], sparsity_causal=sparsity.head.causal)
+    arrays = step.place(step_arrays([batch], layout))
+    params, frozen = jax.device_put((trainable, frozen), replicated(mesh))
+    with jax.default_matmul_precision("highest"):
+        jax_loss, grads = jax.jit(step._grads)(params, frozen, arrays, None, jax.random.key(0))
+    gaps = {name: float(abs(torch.from_numpy(np.asarray(grads[name])) - grad).max() / max(grad.abs().max(), floor))
+            for name, grad in expected.items()}
+    return {"loss_gap": abs(float(jax_loss) - loss.item()) / abs(loss.item()), "max_grad_gap": max(gaps.values()),
+            "worst": max(gaps, key=gaps.get), "parameters": len(gaps), "rows": arrays[ROWS].shape[1]}
+
+
 def family_results(family: str, out: Path) -> dict:
     stock, stock_run = train(family, out / "stock", None, eval_strategy="steps", eval_steps=5)
     four, four_run = train(family, out / "xla4", 4, eval_strategy="steps", eval_steps=5, save_strategy="steps",
@@ -78,7 +117,7 @@ def family_results(family: str, out: Path) -> dict:
     _, one_run = train(family, out / "xla1", 1)
     four.save_model(str(out / "saved"))
     result = {"stock": stock_run, "xla4": four_run, "xla1": one_run,
-              "logits_gap": logits_gap(family, out / "saved", stock.model)}
+              "logits_gap": logits_gap(family, out / "saved", stock.model), "gradients": gradient_gap(family)}
     if family == "gpt2":
         loaded = AutoModelForCausalLM.from_pretrained(out / "saved")
         result["tied"] = loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
