@@ -49,6 +49,8 @@ def test_four_and_one_devices_match_stock_trainer(results, family):
     assert_losses_close(runs["xla4"]["losses"], runs["xla1"]["losses"], rtol=RTOL)
     assert_losses_close(runs["xla4"]["grad_norms"], runs["stock"]["grad_norms"], rtol=1e-3)
     assert runs["xla4"]["report"]["devices"] == 4 and runs["xla1"]["report"]["devices"] == 1
+    for run in ("xla4", "xla1"):  # one compile per input shape: the state is placed like the step's outputs
+        assert runs[run]["report"]["compiles"] == runs[run]["report"]["compiled_shapes"]
 
 
 @pytest.mark.parametrize("family", ["roberta", "gpt2"])

@@ -68,4 +68,5 @@ class XlaBackend(Backend):
         if self.run is None:
             return {}
         return {"devices": self.run.mesh.size, "compiled_shapes": len(self.run.compiled_shapes),
+                "compiles": self.run.compiles,
                 "label_sparsity": self.run.used_label_sparsity}

@@ -80,6 +80,7 @@ class XlaRun:
         self.pending_loss = None
         self.state: TrainState | None = None
         self.compiled_shapes: set = set()
+        self.compiles = 0
         self.used_label_sparsity = False
 
     def _layout(self, model) -> BatchLayout:
@@ -103,7 +104,8 @@ class XlaRun:
                             self.options.matmul_precision)
         params = jax.device_put(trainable, replicated(self.mesh))
         self.frozen = jax.device_put(frozen, replicated(self.mesh))
-        self.state = TrainState(params, self._opt_state(step, model, params))
+        # every leaf placed like the step's outputs, or the second call would compile again
+        self.state = jax.device_put(TrainState(params, self._opt_state(step, model, params)), replicated(self.mesh))
         return step
 
     def _opt_state(self, step: CompiledStep, model, params) -> tuple:
@@ -111,8 +113,7 @@ class XlaRun:
         moments = torch_moments(model, self.trainer.optimizer, list(params))
         if moments is not None:  # resuming: continue from the checkpoint's AdamW state
             count, mu, nu = moments
-            count, mu, nu = jax.device_put((jax.numpy.asarray(count, jax.numpy.int32), mu, nu), replicated(self.mesh))
-            adam_state = adam_state._replace(count=count, mu=mu, nu=nu)
+            adam_state = adam_state._replace(count=jax.numpy.asarray(count, jax.numpy.int32), mu=mu, nu=nu)
         return clip_state, adam_state
 
     def write_back(self) -> None:
@@ -157,6 +158,7 @@ class XlaRun:
         self._flush_loss()
         self.write_back()
         self.compiled_shapes = step.compiled_shapes
+        self.compiles = step.compiles()
         self.used_label_sparsity = any(ROWS in dict(shape) for shape in step.compiled_shapes)
         return trainer._finalize_training(trial, num_train_samples, start_time)
 

@@ -90,6 +90,10 @@ class CompiledStep:
         params = optax.apply_updates(state.params, updates)
         return TrainState(params, (clip_state, adam_state)), loss, grad_norm
 
+    def compiles(self) -> int:
+        """How many programs jax compiled for this step so far (one per input shape, ideally)."""
+        return getattr(self._jitted, "_cache_size", lambda: -1)()  # jax-private; -1 where it is gone
+
     def place(self, arrays: dict) -> dict:
         """Put one step's host arrays on the mesh: the batch dimension split, the kept rows split."""
         placed = {}
