@@ -49,6 +49,7 @@ class OwnLoss(TurboTrainer):
     ({"optim": "sgd"}, TurboTrainer, "optim"),
     ({"bf16": True, "use_cpu": True}, TurboTrainer, "bf16"),
     ({"label_smoothing_factor": 0.1}, TurboTrainer, "label smoothing"),
+    ({"auto_find_batch_size": True}, TurboTrainer, "auto_find_batch_size"),
     ({}, OwnLoss, "compute_loss"),
 ])
 def test_what_the_compiled_step_would_bypass_is_refused(tmp_path, overrides, trainer_class, message):

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from tests.tiny_models import make, padded_batch
-from turbotrain.backends.xla.batches import KEPT, ROWS, BatchLayout, pad_batch, step_arrays
+from turbotrain.backends.xla.batches import (
+    KEPT,
+    ROWS,
+    BatchLayout,
+    pad_batch,
+    step_arrays,
+)
 from turbotrain.passes.label_sparsity import apply_label_sparsity
 
 

@@ -12,9 +12,13 @@ jax = pytest.importorskip("jax", reason="needs the xla extra")
 optax = pytest.importorskip("optax", reason="needs the xla extra")
 pytestmark = requires_xla
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from turbotrain.backends.xla.optimizer import clip_like_torch, torch_adamw, with_learning_rate  # noqa: E402
+from turbotrain.backends.xla.optimizer import (
+    clip_like_torch,
+    torch_adamw,
+    with_learning_rate,
+)
 
 SHAPES = {"weight": (7, 5), "bias": (5,)}
 DECAY = {"weight": True, "bias": False}

@@ -12,7 +12,11 @@ import pytest
 import torch
 
 from tests.backends.xla import requires_xla
-from turbotrain.backends.xla.torchax_compat import RemovedOverload, named_dimension_overloads_tolerated, needs_shim
+from turbotrain.backends.xla.torchax_compat import (
+    RemovedOverload,
+    named_dimension_overloads_tolerated,
+    needs_shim,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -16,18 +16,23 @@ import os
 
 os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
 
-import json  # noqa: E402
-import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
+import json
+import sys
+from pathlib import Path
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, Trainer, TrainingArguments  # noqa: E402
+import numpy as np
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoModelForMaskedLM,
+    Trainer,
+    TrainingArguments,
+)
 
-from tests.tiny_models import make  # noqa: E402
-from turbotrain.backends.xla.batches import ROWS  # noqa: E402
-from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset  # noqa: E402
-from turbotrain import TurboTrainer, TurboTrainingArguments  # noqa: E402
+from tests.tiny_models import make
+from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset
+from turbotrain import TurboTrainer, TurboTrainingArguments
+from turbotrain.backends.xla.batches import ROWS
 
 GLOBAL_BATCH = 8
 COMMON = dict(max_steps=10, logging_steps=1, report_to="none", save_strategy="no", seed=0, learning_rate=1e-3,

@@ -13,8 +13,8 @@ Options (`TurboTrainingArguments(backend="xla", backend_options={...})`, see opt
 num_devices, length_buckets, label_row_buckets, matmul_precision.
 Not used with xla (turned off with a log line): padding_free (packed batches change shape every step)
 and embedding_grad (a torch autograd hook). Refused with an error: fp16/bf16, optimizers other than
-AdamW, a custom compute_loss / compute_loss_func / label smoothing, Trainer subclasses that override
-training_step or compute_loss.
+AdamW, a custom compute_loss / compute_loss_func / label smoothing, auto_find_batch_size, Trainer
+subclasses that override training_step or compute_loss.
 Exact: the same losses as stock Trainer within float rounding (tests: RoBERTa MLM with label sparsity,
 GPT-2, 10 steps; 1 and 4 devices), dropout aside (jax's PRNG draws different masks).
 Requires the `xla` extra (jax, torchax, optax); torchax 0.0.13 on torch >= 2.13 goes through

@@ -67,6 +67,8 @@ def check_trainer(trainer: Trainer) -> None:
                          "not supported")
     if args.fp16 or args.bf16:
         raise ValueError("backend 'xla' trains in float32 for now; fp16/bf16 mixed precision is not supported")
+    if args.auto_find_batch_size:
+        raise ValueError("backend 'xla' sets the batch per jax device itself; auto_find_batch_size is not supported")
 
 
 class XlaRun:
