@@ -58,6 +58,9 @@ def main() -> None:
         (out / "losses.json").write_text(json.dumps({"losses": losses, "world_size": trainer.args.world_size,
                                                      "wrapped": wrapped, "passes": trainer.turbo_report.applied,
                                                      "threads": torch.get_num_threads()}))
+    if torch.distributed.is_initialized():  # a clean teardown: gloo's threads aborted one rank at exit once
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ batches of one optimizer step are brought to a few fixed shapes before they reac
   (B x L) / `label_row_buckets` entries, [A, K].
 
 Exact: a padded position or row carries label -100 and is invisible to every real token (right
-padding, masked), so the loss and the gradients are the unpadded batch's. Integer inputs become
-int32 (jax runs without 64-bit types by default); floats become float32.
+padding, masked), so the loss and the gradients are the unpadded batch's. int64 inputs become int32
+(jax runs without 64-bit types by default).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from turbotrain.backends.xla.state import host_array
 from turbotrain.passes.installed import IGNORE_INDEX
 from turbotrain.passes.label_sparsity import kept_rows, shifted_targets
 
@@ -97,14 +98,6 @@ def pad_batch(batch: dict, layout: BatchLayout, length: int) -> dict[str, torch.
     return padded
 
 
-def _to_numpy(value: torch.Tensor) -> np.ndarray:
-    if value.dtype in (torch.int64, torch.int16, torch.uint8, torch.bool):
-        value = value.to(torch.int32)
-    elif value.is_floating_point() and value.dtype != torch.float32:
-        value = value.to(torch.float32)
-    return value.numpy()
-
-
 def step_arrays(micro_batches: list[dict], layout: BatchLayout) -> dict[str, np.ndarray]:
     """The micro-batches of one optimizer step as stacked arrays [A, B, L, ...] (and [A, K] kept rows)."""
     if not micro_batches or any("input_ids" not in b for b in micro_batches):
@@ -114,7 +107,7 @@ def step_arrays(micro_batches: list[dict], layout: BatchLayout) -> dict[str, np.
     keys = set(padded[0])
     if any(set(p) != keys for p in padded):
         raise ValueError("turbotrain xla: the micro-batches of one step carry different inputs")
-    arrays = {name: np.stack([_to_numpy(p[name]) for p in padded]) for name in sorted(keys)}
+    arrays = {name: np.stack([host_array(p[name]) for p in padded]) for name in sorted(keys)}
     if layout.sparsity_causal is not None and "labels" in keys and padded[0]["labels"].dim() == 2:
         arrays.update(_kept_rows(padded, layout, length))
     return arrays
@@ -125,5 +118,5 @@ def _kept_rows(padded: list[dict], layout: BatchLayout, length: int) -> dict[str
     counts = [int((shifted_targets(p["labels"], causal) != IGNORE_INDEX).sum()) for p in padded]
     count = layout.kept_row_count(max(counts), length)
     chosen = [kept_rows(p["labels"], causal, count) for p in padded]
-    return {ROWS: np.stack([_to_numpy(rows) for rows, _ in chosen]),
-            KEPT: np.stack([_to_numpy(kept) for _, kept in chosen])}
+    return {ROWS: np.stack([host_array(rows) for rows, _ in chosen]),
+            KEPT: np.stack([host_array(kept) for _, kept in chosen])}

@@ -14,12 +14,14 @@ checkpoints that any backend can resume, and `from_torch` reads them back on res
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import jax
 import numpy as np
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    import jax
 
 
 class TrainState(NamedTuple):
@@ -31,13 +33,14 @@ def split_parameters(model: nn.Module) -> tuple[dict[str, np.ndarray], dict[str,
     """(trainable, frozen + buffers) of `model` as host arrays, each tied weight once."""
     trainable, frozen = {}, {}
     for name, param in model.named_parameters():
-        (trainable if param.requires_grad else frozen)[name] = _host(param)
+        (trainable if param.requires_grad else frozen)[name] = host_array(param)
     for name, buffer in model.named_buffers():
-        frozen[name] = _host(buffer)
+        frozen[name] = host_array(buffer)
     return trainable, frozen
 
 
-def _host(tensor: torch.Tensor) -> np.ndarray:
+def host_array(tensor: torch.Tensor) -> np.ndarray:
+    """A tensor as a numpy array for jax: int64 becomes int32 (jax runs without 64-bit types by default)."""
     tensor = tensor.detach().cpu()
     if tensor.dtype == torch.int64:
         tensor = tensor.to(torch.int32)
@@ -57,8 +60,8 @@ def torch_moments(model: nn.Module, optimizer, names: list[str]) -> tuple[int, d
     steps = {int(state["step"]) for state in states}
     if len(steps) != 1:
         raise RuntimeError(f"turbotrain xla: AdamW state has different step counts {sorted(steps)}")
-    mu = {name: _host(state["exp_avg"]) for name, state in zip(names, states)}
-    nu = {name: _host(state["exp_avg_sq"]) for name, state in zip(names, states)}
+    mu = {name: host_array(state["exp_avg"]) for name, state in zip(names, states)}
+    nu = {name: host_array(state["exp_avg_sq"]) for name, state in zip(names, states)}
     return steps.pop(), mu, nu
 
 
