@@ -65,8 +65,8 @@ class XlaBackend(Backend):
         return self.run.run
 
     def report(self) -> dict:
-        if self.run is None:
+        if self.run is None or self.run.step is None:
             return {}
-        return {"devices": self.run.mesh.size, "compiled_shapes": len(self.run.compiled_shapes),
-                "compiles": self.run.compiles,
-                "label_sparsity": self.run.used_label_sparsity}
+        step = self.run.step
+        return {"devices": self.run.mesh.size, "compiled_shapes": len(step.compiled_shapes),
+                "compiles": step.compiles(), "label_sparsity": step.used_label_sparsity()}

@@ -31,7 +31,7 @@ from transformers import Trainer
 from transformers.trainer_pt_utils import get_model_param_count
 from transformers.trainer_utils import TrainOutput
 
-from turbotrain.backends.xla.batches import ROWS, BatchLayout, step_arrays
+from turbotrain.backends.xla.batches import BatchLayout, step_arrays
 from turbotrain.backends.xla.mesh import (
     data_parallel_mesh,
     data_parallel_size,
@@ -81,9 +81,7 @@ class XlaRun:
         self.mesh = data_parallel_mesh(options.num_devices)
         self.pending_loss = None
         self.state: TrainState | None = None
-        self.compiled_shapes: set = set()
-        self.compiles = 0
-        self.used_label_sparsity = False
+        self.step: CompiledStep | None = None
 
     def _layout(self, model) -> BatchLayout:
         report = self.trainer.turbo_report
@@ -138,7 +136,7 @@ class XlaRun:
             max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
         model, dataloader = trainer._prepare_for_training(max_steps, dataloader, resume_from_checkpoint)
         model.train()
-        step = self._build_step(trainer.model)
+        step = self.step = self._build_step(trainer.model)
         layout = self._layout(trainer.model)
         logger.info("turbotrain xla: %d steps, batch %d over %d device(s) %s, %d trainable parameters", max_steps,
                     trainer._train_batch_size, layout.data_parallel, [d.platform for d in self.mesh.devices.flat][:1],
@@ -159,9 +157,6 @@ class XlaRun:
                 break
         self._flush_loss()
         self.write_back()
-        self.compiled_shapes = step.compiled_shapes
-        self.compiles = step.compiles()
-        self.used_label_sparsity = any(ROWS in dict(shape) for shape in step.compiled_shapes)
         return trainer._finalize_training(trial, num_train_samples, start_time)
 
     def _batches(self, dataloader, epoch: int, skip: int):

@@ -94,6 +94,9 @@ class CompiledStep:
         """How many programs jax compiled for this step so far (one per input shape, ideally)."""
         return getattr(self._jitted, "_cache_size", lambda: -1)()  # jax-private; -1 where it is gone
 
+    def used_label_sparsity(self) -> bool:
+        return any(ROWS in dict(shape) for shape in self.compiled_shapes)
+
     def place(self, arrays: dict) -> dict:
         """Put one step's host arrays on the mesh: the batch dimension split, the kept rows split."""
         placed = {}
