@@ -73,6 +73,12 @@ def test_compiled_gradients_match_eager_on_an_odd_shaped_batch(results, family):
     assert gaps["max_grad_gap"] < 1e-5, gaps["worst"]
 
 
+def test_dropout_masks_come_from_the_step_key_not_from_the_trace(results):
+    same_key, again, other_key = results["gpt2"]["dropout_losses"]
+    assert same_key == again  # the key decides the masks...
+    assert abs(other_key - same_key) > 1e-4  # ...and a new key (every step gets one) draws new ones
+
+
 def test_label_sparsity_ran_with_static_rows(results):
     assert results["roberta"]["xla4"]["report"]["label_sparsity"]
 

@@ -116,6 +116,29 @@ def gradient_gap(family: str) -> dict:
             "worst": max(gaps, key=gaps.get), "parameters": len(gaps), "rows": arrays[ROWS].shape[1]}
 
 
+def dropout_losses(family: str) -> list[float]:
+    """The compiled loss of one batch with dropout on, under keys k0, k0, k1: a key decides the masks."""
+    import jax
+
+    from tests.tiny_models import padded_batch
+    from turbotrain.backends.xla.batches import BatchLayout, step_arrays
+    from turbotrain.backends.xla.mesh import data_parallel_mesh
+    from turbotrain.backends.xla.optimizer import torch_adamw
+    from turbotrain.backends.xla.state import split_parameters
+    from turbotrain.backends.xla.step import CompiledStep
+
+    model = make(family, dropout=True).train()
+    trainable, frozen = split_parameters(model)
+    step = CompiledStep(model, None, torch_adamw(0.9, 0.999, 1e-8, 0.0, {n: True for n in trainable}),
+                        data_parallel_mesh(1))
+    arrays = step_arrays([padded_batch([20, 9], pad_token_id=PAD[family])],
+                         BatchLayout(global_rows=2, data_parallel=1, pad_token_id=PAD[family]))
+    micro = {name: value[0] for name, value in arrays.items()}
+    loss = jax.jit(step._micro_loss, static_argnums=5)
+    keys = [jax.random.key(0), jax.random.key(0), jax.random.key(1)]
+    return [float(loss(trainable, frozen, micro, None, key, 1)) for key in keys]
+
+
 def family_results(family: str, out: Path) -> dict:
     stock, stock_run = train(family, out / "stock", None, eval_strategy="steps", eval_steps=5)
     four, four_run = train(family, out / "xla4", 4, eval_strategy="steps", eval_steps=5, save_strategy="steps",
@@ -127,6 +150,7 @@ def family_results(family: str, out: Path) -> dict:
     if family == "gpt2":
         loaded = AutoModelForCausalLM.from_pretrained(out / "saved")
         result["tied"] = loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()
+        result["dropout_losses"] = dropout_losses(family)
         result["parameters"] = [sum(p.numel() for p in m.parameters()) for m in (loaded, stock.model)]
         _, result["resumed"] = train(family, out / "xla4", 4, resume=str(out / "xla4" / "checkpoint-5"))
         _, result["stock_accumulation"] = train(family, out / "stock_acc", None, accumulation=2)
