@@ -64,3 +64,13 @@ def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
     assert "padding_free" in result["peers"]["turbo"]["passes"] and result["peers"]["stock"]["passes"] == []
     assert result["peers"]["turbo"]["max_rel_loss_diff"] < 1e-5  # dropout 0: packed == padded, step by step
     assert "Padding share" in (tmp_path / "bench.md").read_text()
+
+
+def test_backend_lines_mention_eager_fallbacks_only_for_backends_that_report_them():
+    from turbotrain.bench.report import _data_lines
+
+    peers = {"turbo:onnxruntime": {"backend": "onnxruntime", "backend_report": {"graphs": 7, "fallbacks": []}},
+             "turbo:xla": {"backend": "xla", "backend_report": {"devices": 4, "compiles": 1}}}
+    ort, xla = _data_lines({"peers": peers})
+    assert ort == "turbo:onnxruntime (onnxruntime): graphs 7; graphs falling back to eager: 0."
+    assert xla == "turbo:xla (xla): devices 4, compiles 1."

@@ -108,9 +108,12 @@ def _data_lines(result: dict) -> list[str]:
         report = row.get("backend_report")
         if report:
             shown = ", ".join(f"{k} {v}" for k, v in report.items() if k != "fallbacks")
-            fallbacks = report.get("fallbacks") or []
-            lines.append(f"{name} ({row['backend']}): {shown}; graphs falling back to eager: {len(fallbacks)}"
-                         + (f" ({'; '.join(fallbacks)[:300]})" if fallbacks else "") + ".")
+            line = f"{name} ({row['backend']}): {shown}"
+            if "fallbacks" in report:  # backends that can fall back to eager say how often
+                fallbacks = report["fallbacks"] or []
+                line += f"; graphs falling back to eager: {len(fallbacks)}"
+                line += f" ({'; '.join(fallbacks)[:300]})" if fallbacks else ""
+            lines.append(line + ".")
     return lines
 
 

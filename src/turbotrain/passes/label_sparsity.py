@@ -106,19 +106,25 @@ def shifted_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
     return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
 
 
+def labelled_rows(labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, targets): the flattened [B*T] positions whose target is not -100, and those targets."""
+    flat = shifted_targets(labels, causal).reshape(-1)
+    rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+    return rows, flat.index_select(0, rows)
+
+
 def kept_rows(labels: torch.Tensor, causal: bool, padded_count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The rows label sparsity keeps, padded to `padded_count` entries (row 0, label -100) for static shapes.
+    """`labelled_rows` padded to `padded_count` entries (row 0, label -100) for static shapes.
 
     Returns (rows [padded_count] int32, kept labels [padded_count]) for `LabelSparsity.static_rows`.
     """
-    flat = shifted_targets(labels, causal).reshape(-1)
-    rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+    rows, targets = labelled_rows(labels, causal)
     if rows.numel() > padded_count:
         raise ValueError(f"{rows.numel()} labelled rows do not fit in {padded_count}")
     padded_rows = torch.zeros(padded_count, dtype=torch.int32)
     padded_rows[: rows.numel()] = rows.to(torch.int32)
     kept = torch.full((padded_count,), IGNORE_INDEX, dtype=labels.dtype)
-    kept[: rows.numel()] = flat.index_select(0, rows)
+    kept[: rows.numel()] = targets
     return padded_rows, kept
 
 
@@ -168,17 +174,12 @@ class LabelSparsity(HookedPass):
         if self._given is not None:
             rows, kept = self._given
         else:
-            rows, kept = self._rows_of(labels)
+            rows, kept = labelled_rows(labels, self.head.causal)
         self._rows, self._expected_rows = rows, labels.numel()
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
         return args, kwargs
-
-    def _rows_of(self, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        flat = shifted_targets(labels, self.head.causal).reshape(-1)
-        rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-        return rows, flat.index_select(0, rows)
 
     def _gather_rows(self, module, args):
         rows = self._rows

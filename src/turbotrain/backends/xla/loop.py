@@ -37,7 +37,7 @@ from turbotrain.backends.xla.mesh import (
     data_parallel_size,
     replicated,
 )
-from turbotrain.backends.xla.optimizer import clip_like_torch, torch_adamw
+from turbotrain.backends.xla.optimizer import torch_adamw
 from turbotrain.backends.xla.options import XlaOptions
 from turbotrain.backends.xla.state import (
     TrainState,
@@ -82,6 +82,7 @@ class XlaRun:
         self.pending_loss = None
         self.state: TrainState | None = None
         self.step: CompiledStep | None = None
+        self.written_at: int | None = None  # the global step whose weights the torch model holds
 
     def _layout(self, model) -> BatchLayout:
         report = self.trainer.turbo_report
@@ -98,28 +99,31 @@ class XlaRun:
         decay = set(trainer.get_decay_parameter_names(model))
         adamw = torch_adamw(args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay,
                             {name: name in decay for name in trainable})
-        clip = clip_like_torch(args.max_grad_norm) if args.max_grad_norm and args.max_grad_norm > 0 else None
+        max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         report = trainer.turbo_report
-        step = CompiledStep(model, clip, adamw, self.mesh, report.label_sparsity if report else None,
+        step = CompiledStep(model, max_grad_norm, adamw, self.mesh, report.label_sparsity if report else None,
                             self.options.matmul_precision)
-        params = jax.device_put(trainable, replicated(self.mesh))
         self.frozen = jax.device_put(frozen, replicated(self.mesh))
         # every leaf placed like the step's outputs, or the second call would compile again
-        self.state = jax.device_put(TrainState(params, self._opt_state(step, model, params)), replicated(self.mesh))
+        self.state = jax.device_put(TrainState(trainable, self._opt_state(adamw, model, trainable)),
+                                    replicated(self.mesh))
         return step
 
-    def _opt_state(self, step: CompiledStep, model, params) -> tuple:
-        clip_state, adam_state = step.init_opt_state(params)
+    def _opt_state(self, adamw, model, params: dict):
+        state = adamw.init(params)
         moments = torch_moments(model, self.trainer.optimizer, list(params))
         if moments is not None:  # resuming: continue from the checkpoint's AdamW state
             count, mu, nu = moments
-            adam_state = adam_state._replace(count=jax.numpy.asarray(count, jax.numpy.int32), mu=mu, nu=nu)
-        return clip_state, adam_state
+            state = state._replace(count=jax.numpy.asarray(count, jax.numpy.int32), mu=mu, nu=nu)
+        return state
 
     def write_back(self) -> None:
-        """Copy the weights and AdamW moments back into the torch model and optimizer."""
-        _, adam = self.state.opt_state
+        """Copy the weights and AdamW moments into the torch model and optimizer (once per step at most)."""
+        if self.written_at == self.trainer.state.global_step:
+            return
+        adam = self.state.opt_state
         write_back(self.trainer.model, self.trainer.optimizer, self.state.params, adam.count, adam.mu, adam.nu)
+        self.written_at = self.trainer.state.global_step
 
     def _flush_loss(self) -> None:
         if self.pending_loss is not None:

@@ -1,5 +1,5 @@
-"""torch's AdamW and gradient clipping as optax transformations, so the xla step updates weights the
-way `TurboTrainer` on eager does.
+"""torch's AdamW as an optax transformation, and torch's gradient clipping, so the xla step updates
+weights the way `TurboTrainer` on eager does.
 
 `torch_adamw` follows `torch.optim.AdamW` (amsgrad off), per parameter and step t:
 
@@ -60,10 +60,7 @@ def with_learning_rate(state: TorchAdamWState, learning_rate) -> TorchAdamWState
     return state._replace(learning_rate=jnp.asarray(learning_rate, jnp.float32))
 
 
-def clip_like_torch(max_norm: float) -> optax.GradientTransformation:
-    def update(grads, state, params=None):
-        norm = optax.global_norm(grads)
-        scale = jnp.minimum(max_norm / (norm + 1e-6), 1.0)
-        return jax.tree.map(lambda g: g * scale, grads), state
-
-    return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
+def clip_like_torch(grads: optax.Updates, norm: jax.Array, max_norm: float) -> optax.Updates:
+    """`torch.nn.utils.clip_grad_norm_` given the global norm: scale by min(1, max_norm / (norm + 1e-6))."""
+    scale = jnp.minimum(max_norm / (norm + 1e-6), 1.0)
+    return jax.tree.map(lambda g: g * scale, grads)

@@ -23,10 +23,12 @@ from torch import nn
 if TYPE_CHECKING:
     import jax
 
+    from turbotrain.backends.xla.optimizer import TorchAdamWState
+
 
 class TrainState(NamedTuple):
     params: dict
-    opt_state: tuple
+    opt_state: "TorchAdamWState"
 
 
 def split_parameters(model: nn.Module) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:

@@ -27,16 +27,16 @@ from torch import nn
 
 from turbotrain.backends.xla.batches import KEPT, ROWS
 from turbotrain.backends.xla.mesh import replicated, split_batch
-from turbotrain.backends.xla.optimizer import with_learning_rate
+from turbotrain.backends.xla.optimizer import clip_like_torch, with_learning_rate
 from turbotrain.backends.xla.state import TrainState
 from turbotrain.backends.xla.torchax_compat import import_torchax
 
 
 class CompiledStep:
-    def __init__(self, model: nn.Module, clip: optax.GradientTransformation | None,
-                 adamw: optax.GradientTransformation, mesh, sparsity=None, matmul_precision: str = "highest"):
+    def __init__(self, model: nn.Module, max_grad_norm: float | None, adamw: optax.GradientTransformation, mesh,
+                 sparsity=None, matmul_precision: str = "highest"):
         self.model = model
-        self.clip = clip
+        self.max_grad_norm = max_grad_norm
         self.adamw = adamw
         self.mesh = mesh
         self.sparsity = sparsity
@@ -44,10 +44,6 @@ class CompiledStep:
         self.env = import_torchax().default_env()
         self.compiled_shapes: set[tuple] = set()
         self._jitted = jax.jit(self._step, out_shardings=replicated(mesh), donate_argnums=(0,))
-
-    def init_opt_state(self, params: dict) -> tuple:
-        clip_state = self.clip.init(params) if self.clip is not None else optax.EmptyState()
-        return clip_state, self.adamw.init(params)
 
     def _micro_loss(self, params, frozen, micro, num_items, key, micro_count):
         env = self.env
@@ -83,12 +79,10 @@ class CompiledStep:
     def _step(self, state: TrainState, frozen, arrays, num_items, learning_rate, key):
         loss, grads = self._grads(state.params, frozen, arrays, num_items, key)
         grad_norm = optax.global_norm(grads)
-        clip_state, adam_state = state.opt_state
-        if self.clip is not None:
-            grads, clip_state = self.clip.update(grads, clip_state, state.params)
-        updates, adam_state = self.adamw.update(grads, with_learning_rate(adam_state, learning_rate), state.params)
-        params = optax.apply_updates(state.params, updates)
-        return TrainState(params, (clip_state, adam_state)), loss, grad_norm
+        if self.max_grad_norm:
+            grads = clip_like_torch(grads, grad_norm, self.max_grad_norm)
+        updates, opt_state = self.adamw.update(grads, with_learning_rate(state.opt_state, learning_rate), state.params)
+        return TrainState(optax.apply_updates(state.params, updates), opt_state), loss, grad_norm
 
     def compiles(self) -> int:
         """How many programs jax compiled for this step so far (one per input shape, ideally)."""
@@ -99,10 +93,7 @@ class CompiledStep:
 
     def place(self, arrays: dict) -> dict:
         """Put one step's host arrays on the mesh: the batch dimension split, the kept rows split."""
-        placed = {}
-        for name, value in arrays.items():
-            placed[name] = jax.device_put(value, split_batch(self.mesh, leading_axes=1))
-        return placed
+        return jax.device_put(arrays, split_batch(self.mesh, leading_axes=1))
 
     def __call__(self, state: TrainState, frozen, arrays: dict, num_items, learning_rate: float, key):
         self.compiled_shapes.add(tuple(sorted((name, value.shape) for name, value in arrays.items())))
