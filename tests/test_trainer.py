@@ -116,7 +116,7 @@ def test_hyperparameter_search_with_model_init(tmp_path):
     )
     assert 1e-4 <= best.hyperparameters["learning_rate"] <= 1e-2 and best.objective > 0
     assert len({id(m) for m in models}) == len(models) == 4  # one at init, one per trial
-    assert all("label_sparsity" in getattr(m, "_turbotrain_report").applied for m in models)
+    assert all("label_sparsity" in m._turbotrain_report.applied for m in models)
     assert all(torch.equal(w, initial[0]) for w in initial)  # re-initialised, not carried over
     trained = [m.lm_head.dense.weight.detach() for m in models[1:]]
     assert not any(torch.equal(w, initial[0]) for w in trained)  # and each trial did train its own

@@ -6,7 +6,13 @@ import pytest
 from transformers import Trainer, TrainingArguments
 
 from tests.tiny_models import make
-from tests.trainer_helpers import COMMON, RightPaddingCollator, assert_losses_close, train_losses, variable_length_dataset
+from tests.trainer_helpers import (
+    COMMON,
+    RightPaddingCollator,
+    assert_losses_close,
+    train_losses,
+    variable_length_dataset,
+)
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 

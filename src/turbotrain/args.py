@@ -25,7 +25,6 @@ from transformers import TrainingArguments
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
-
 logger = logging.getLogger("turbotrain")
 
 
@@ -107,7 +106,7 @@ class TurboOptions:
     embedding_grad: bool = True
 
     @classmethod
-    def from_args(cls, args: TrainingArguments) -> "TurboOptions":
+    def from_args(cls, args: TrainingArguments) -> TurboOptions:
         if isinstance(args, TurboTrainingArguments):
             return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free,
                        args.max_tokens_per_batch, args.embedding_grad)

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from turbotrain.backends import Backend, backend_names, get_backend, register_backend, resolve_backend_name
-from turbotrain.backends import registry
+from turbotrain.backends import Backend, backend_names, get_backend, register_backend, registry, resolve_backend_name
 
 
 def test_builtin_backends_are_registered():

@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 
 import torch
-
 from transformers import TrainerCallback
 
-from tests.trainer_helpers import COMMON, dataset
 from tests.tiny_models import make
+from tests.trainer_helpers import COMMON, dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 

@@ -13,8 +13,8 @@ import time
 
 from transformers import TrainerCallback
 
-from tests.trainer_helpers import COMMON, dataset
 from tests.tiny_models import make
+from tests.trainer_helpers import COMMON, dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 STEPS, SAVE_EVERY = 12, 2

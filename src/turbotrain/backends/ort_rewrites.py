@@ -13,6 +13,7 @@ import operator
 import torch
 from torch.fx import GraphModule
 
+
 def constants_as_buffers(graph: GraphModule) -> None:
     """AOTAutograd keeps tensor constants as plain attributes; torch.export only lifts registered buffers."""
     for node in graph.graph.nodes:

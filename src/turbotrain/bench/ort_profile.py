@@ -15,7 +15,6 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-
 from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.args import TurboTrainingArguments

@@ -115,10 +115,9 @@ def export_module(module: torch.nn.Module, inputs: Sequence[torch.Tensor], input
 def trace_aten(fn: Callable, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
     """`fn(*inputs)` as an FX graph of core ATen ops with symbolic shapes (autograd calls traced through)."""
     from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental import _config as fx_config
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from torch.fx.experimental import _config as fx_config
 
     # No duck shapes: a batch of 2 must not become the same symbol as a 2-label head's weight rows.
     with sdpa_kernel(SDPBackend.MATH), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save_file
 from safetensors import safe_open
+from safetensors.numpy import load_file, save_file
 
 
 @dataclass

@@ -13,7 +13,7 @@ Aliases: `optim="adamw_ort_fused"` (ORTTrainer's name) means the fused AdamW, so
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from transformers.training_args import OptimizerNames

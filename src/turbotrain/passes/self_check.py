@@ -8,7 +8,7 @@ raises: a pass that fails its check is left out with a warning, training goes on
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import nn

@@ -7,7 +7,7 @@ package; `require(extra, package)` raises an ImportError that names the extra to
 from __future__ import annotations
 
 import importlib.util
-from functools import lru_cache
+from functools import cache
 
 EXTRA_OF_PACKAGE = {
     "onnxruntime": "onnx",
@@ -21,7 +21,7 @@ EXTRA_OF_PACKAGE = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def is_available(package: str) -> bool:
     """True when `package` can be imported (checked by spec, without importing it)."""
     return importlib.util.find_spec(package) is not None

@@ -28,9 +28,9 @@ def test_only_named_dimension_overloads_become_placeholders_and_only_inside():
         assert isinstance(torch.ops.aten.std.names_dim, RemovedOverload)
         assert torch.ops.aten.prod.dim_Dimname != torch.ops.aten.prod.dim_int
         with pytest.raises(AttributeError):
-            torch.ops.aten.prod.no_such_overload
+            torch.ops.aten.prod.no_such_overload  # noqa: B018 (attribute access is the test)
     with pytest.raises(AttributeError):
-        torch.ops.aten.prod.dim_Dimname
+        torch.ops.aten.prod.dim_Dimname  # noqa: B018 (attribute access is the test)
 
 
 @requires_xla

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 class TrainState(NamedTuple):
     params: dict
-    opt_state: "TorchAdamWState"
+    opt_state: TorchAdamWState
 
 
 def split_parameters(model: nn.Module) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
