@@ -40,3 +40,13 @@ def test_plain_training_arguments_get_default_options(tmp_path):
 def test_arguments_round_trip_through_dict(tmp_path):
     args = make_args(tmp_path, backend="inductor", label_sparsity=False)
     assert args.to_dict()["backend"] == "inductor" and args.to_dict()["label_sparsity"] is False
+
+
+@pytest.mark.parametrize("value", ["100", 2.5, True, 0, -3])
+def test_max_tokens_per_batch_must_be_a_positive_int(tmp_path, value):
+    with pytest.raises(ValueError, match="max_tokens_per_batch must be a positive whole number of tokens"):
+        make_args(tmp_path, max_tokens_per_batch=value)
+
+
+def test_max_tokens_per_batch_accepts_an_int(tmp_path):
+    assert make_args(tmp_path, max_tokens_per_batch=512).max_tokens_per_batch == 512

@@ -16,6 +16,7 @@ embedding_grad   keep the input embedding's gradient in a persistent buffer (exa
 from __future__ import annotations
 
 import logging
+import numbers
 import os
 from dataclasses import dataclass, field
 
@@ -78,8 +79,10 @@ class TurboTrainingArguments(TrainingArguments):
         for name in ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.max_tokens_per_batch is not None and self.max_tokens_per_batch < 1:
-            raise ValueError(f"max_tokens_per_batch must be a positive number of tokens, got {self.max_tokens_per_batch}")
+        budget = self.max_tokens_per_batch
+        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1):
+            raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens (an int) or None, "
+                             f"got {budget!r}")
         if _cpu_only_multiprocess() and not self.use_cpu:
             # Without use_cpu, Accelerate treats a torchrun launch on a machine with no accelerator as
             # not distributed: no gradient all-reduce, and Trainer still scales the loss by the process count.
