@@ -7,18 +7,23 @@ from transformers import (
     BertConfig,
     BertForMaskedLM,
     BertForSequenceClassification,
+    BertForTokenClassification,
     DistilBertConfig,
     DistilBertForMaskedLM,
     DistilBertForSequenceClassification,
+    DistilBertForTokenClassification,
     GPT2Config,
     GPT2ForSequenceClassification,
+    GPT2ForTokenClassification,
     GPT2LMHeadModel,
     LlamaConfig,
     LlamaForCausalLM,
     LlamaForSequenceClassification,
+    LlamaForTokenClassification,
     RobertaConfig,
     RobertaForMaskedLM,
     RobertaForSequenceClassification,
+    RobertaForTokenClassification,
 )
 
 VOCAB = 97  # odd on purpose
@@ -46,6 +51,10 @@ LM_CLASSES = {"bert": BertForMaskedLM, "roberta": RobertaForMaskedLM, "distilber
 CLS_CLASSES = {"bert": BertForSequenceClassification, "roberta": RobertaForSequenceClassification,
                "distilbert": DistilBertForSequenceClassification, "gpt2": GPT2ForSequenceClassification,
                "llama": LlamaForSequenceClassification}
+TOKEN_CLASSES = {"bert": BertForTokenClassification, "roberta": RobertaForTokenClassification,
+                 "distilbert": DistilBertForTokenClassification, "gpt2": GPT2ForTokenClassification,
+                 "llama": LlamaForTokenClassification}
+CLASSES = {"lm": LM_CLASSES, "cls": CLS_CLASSES, "tok": TOKEN_CLASSES}  # task -> family -> model class
 FAMILIES = sorted(CONFIGS)
 CAUSAL = {"gpt2", "llama"}
 ENCODERS = sorted(set(FAMILIES) - CAUSAL)
@@ -56,7 +65,7 @@ def make(family: str, seed: int = 0, dtype=torch.float32, task: str = "lm", drop
     config_class, sizes, no_dropout = CONFIGS[family]
     config = config_class(vocab_size=VOCAB, num_labels=num_labels, **sizes, **({} if dropout else no_dropout))
     torch.manual_seed(seed)
-    model_class = LM_CLASSES[family] if task == "lm" else CLS_CLASSES[family]
+    model_class = CLASSES[task][family]
     return model_class(config).to(dtype)
 
 
@@ -81,6 +90,8 @@ def padded_batch(lengths: list[int], task: str = "lm", keep: float = 0.3, seed: 
     input_ids[~mask] = pad_token_id
     if task == "cls":
         labels = torch.randint(0, NUM_LABELS, (len(lengths),), generator=generator)
+    elif task == "tok":  # one of NUM_LABELS classes per real token
+        labels = torch.randint(0, NUM_LABELS, tuple(input_ids.shape), generator=generator).masked_fill(~mask, -100)
     else:
         labels = input_ids.clone()
         labels[(torch.rand(labels.shape, generator=generator) >= keep) | ~mask] = -100

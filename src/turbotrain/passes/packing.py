@@ -48,6 +48,11 @@ class PackingSpec:
     pad_token_id: int
     position_offset: int = 0
     multiple_of: int = 8
+    shifted_labels: bool | None = None  # the loss predicts the next token (causal LM); None: same as `causal`
+
+    @property
+    def shifts_labels(self) -> bool:
+        return self.causal if self.shifted_labels is None else self.shifted_labels
 
 
 def plan_rows(lengths: list[int], capacity: int) -> list[tuple[int, int]]:
@@ -102,7 +107,7 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
             packed[key] = value
     if "labels" in packed and packed["labels"].dim() == 2:
         packed[PADDED_LABELS] = batch["labels"]
-        if spec.causal:
+        if spec.shifts_labels:
             packed["labels"].view(-1)[starts] = IGNORE_INDEX
     packed["position_ids"] = (positions + spec.position_offset).view(num_rows, capacity)
     packed["attention_mask"] = _block_mask(segment.view(num_rows, capacity), spec.causal)

@@ -21,7 +21,9 @@ Refused (one warning, the model trains padded): decoder sequence classification 
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
 choice: their labels are positions in the padded row), attention implementations that take no
 4-D mask (flash-attention), and any model whose self-check (padded vs packed loss on a small
-synthetic batch of uneven lengths) disagrees.
+synthetic batch of uneven lengths, with labels the task's own: token ids for LMs, classes for
+classification) disagrees. Token classification keeps every label where it is (no shift), even on a
+decoder: only causal LMs lose each sequence's first label, which their shifted loss never reads.
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
-PER_TOKEN_TASKS = (MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-                   MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES)
+PER_TOKEN_TASKS = (MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 MASKED_ATTENTION = {"sdpa", "eager"}
 
 
@@ -63,6 +64,8 @@ class PackingCollator:
 def _task(model: nn.Module) -> str | None:
     if in_auto_mapping(model, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES):
         return "sequence_classification"
+    if in_auto_mapping(model, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES):
+        return "token_classification"  # per token, labels are classes and are not shifted
     if any(in_auto_mapping(model, mapping) for mapping in PER_TOKEN_TASKS):
         return "per_token"
     return None
@@ -87,7 +90,7 @@ def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
     causal = has_causal_attention(model)
     pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
     return PackingSpec(causal=causal, pad_token_id=int(pad), position_offset=_position_offset(model),
-                       multiple_of=multiple_of)
+                       multiple_of=multiple_of, shifted_labels=is_causal_lm(model))
 
 
 class PaddingFree(HookedPass):
@@ -151,8 +154,11 @@ def _synthetic_padded_batch(model: nn.Module, task: str, causal: bool) -> dict:
     input_ids = torch.randint(4, max(vocab, 5), (3, 9), generator=generator)
     attention_mask = (torch.arange(9)[None, :] < lengths[:, None]).long()
     input_ids[attention_mask == 0] = packing_spec(model).pad_token_id
+    classes = max(model.config.num_labels, 1)
     if task == "sequence_classification":
-        labels = torch.randint(0, max(model.config.num_labels, 1), (3,), generator=generator)
+        labels = torch.randint(0, classes, (3,), generator=generator)
+    elif task == "token_classification":  # classes, not token ids: a head with fewer labels than tokens
+        labels = torch.randint(0, classes, (3, 9), generator=generator).masked_fill(attention_mask == 0, -100)
     else:
         labels = input_ids.clone()
         labels[attention_mask == 0] = -100
