@@ -13,26 +13,12 @@ import pytest
 import torch
 
 from tests import tiny_models
+from tests.ondevice.conftest import LR, NUM_LABELS, TRAINABLE, WEIGHT_DECAY, bert
 from turbotrain.utils.imports import is_onnxruntime_available
 
 pytestmark = pytest.mark.skipif(not is_onnxruntime_available(), reason="needs the onnx extra")
 
 STEPS = 20
-TRAINABLE_PREFIXES = ("classifier.", "bert.pooler.", "bert.encoder.layer.1.")
-
-
-def TRAINABLE(name: str) -> bool:
-    """Head, pooler and last layer. Not the key bias: its true gradient is zero (softmax ignores a shift
-    along the key axis), so AdamW turns float rounding noise into +-lr steps in torch and ORT alike."""
-    return name.startswith(TRAINABLE_PREFIXES) and not name.endswith("attention.self.key.bias")
-LR, WEIGHT_DECAY = 3e-3, 0.01
-# Two labels and an export example batch of 2: this caught the exporter fusing the batch axis with the
-# head's 2 rows (duck-shaped symbols), which made the graphs accept only batches of 2.
-NUM_LABELS = 2
-
-
-def bert():
-    return tiny_models.make("bert", task="cls", dropout=False, num_labels=NUM_LABELS)
 
 
 def batches(steps: int = STEPS, seed: int = 0):
@@ -88,17 +74,6 @@ ON_DEVICE = textwrap.dedent("""
     assert "torch" not in sys.modules or sys.modules["torch"] is None
     json.dump({"losses": losses, "eval_loss": eval_loss}, open(out + "/result.json", "w"))
 """)
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    from turbotrain import export_training_artifacts
-
-    directory = tmp_path_factory.mktemp("artifacts")
-    model = bert()
-    artifacts = export_training_artifacts(model, directory, trainable=TRAINABLE, learning_rate=LR,
-                                          weight_decay=WEIGHT_DECAY)
-    return artifacts
 
 
 def test_twenty_steps_on_device_equal_torch(exported, tmp_path):

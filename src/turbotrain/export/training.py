@@ -23,7 +23,15 @@ from torch.func import functional_call
 from turbotrain.export.adamw_graph import AdamWStep, optimizer_io_names
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, GraphModule, export_module, save_onnx, trace_aten
-from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, max_positions, model_kwargs, sample_inputs, task_of
+from turbotrain.export.tasks import (
+    DYNAMIC_AXES,
+    INPUT_NAMES,
+    max_positions,
+    model_kwargs,
+    sample_inputs,
+    task_of,
+    vocab_size,
+)
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
 from turbotrain.utils.imports import require
@@ -64,12 +72,16 @@ def _label_spec(model: torch.nn.Module) -> tuple[dict[int, str], torch.dtype]:
     return (dict(task.logits_axes) if task.labels_per_token else {0: "batch"}), torch.long
 
 
+def label_classes(model: torch.nn.Module) -> int:
+    """How many values a label takes: the vocabulary for language models, the classes otherwise."""
+    task = task_of(model)
+    return vocab_size(model) if task.name.endswith("-lm") else int(model.config.num_labels)
+
+
 def _sample_batch(model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
     input_ids, attention_mask = sample_inputs(model, batch=2, length=16)
     axes, dtype = _label_spec(model)
-    num_labels = model.get_input_embeddings().num_embeddings if task_of(model).labels_per_token \
-        else model.config.num_labels
-    labels = torch.randint(0, num_labels, tuple(input_ids.shape[: len(axes)]), dtype=dtype,
+    labels = torch.randint(0, label_classes(model), tuple(input_ids.shape[: len(axes)]), dtype=dtype,
                            generator=torch.Generator().manual_seed(1))
     return input_ids, attention_mask, labels
 
@@ -185,6 +197,8 @@ def export_training_artifacts(model: torch.nn.Module, out_dir: str | Path, train
                               "axes": [label_axes[i] for i in sorted(label_axes)]}
     manifest = layout.Manifest(task_of(model).name, type(model).__name__, batch_inputs, names,
                                {n: list(p.shape) for n, p in zip(names, params)}, spec,
-                               "model" if loss == "model" else getattr(loss, "__name__", "custom"), _versions())
+                               "model" if loss == "model" else getattr(loss, "__name__", "custom"), _versions(),
+                               limits={"vocab_size": vocab_size(model), "max_positions": max_positions(model),
+                                       "label_classes": label_classes(model)})
     manifest.save(out)
     return TrainingArtifacts(out, manifest)

@@ -47,6 +47,9 @@ class Manifest:
     loss: str = "model"
     versions: dict[str, str] = field(default_factory=dict)
     format: str = FORMAT
+    # What a batch may hold: vocab_size (token ids), max_positions (sequence length), label_classes
+    # (labels; -100 is ignored). Empty in manifests written before they were recorded.
+    limits: dict[str, int] = field(default_factory=dict)
 
     def save(self, directory: str | Path) -> Path:
         path = Path(directory) / MANIFEST
@@ -59,9 +62,53 @@ class Manifest:
         path = Path(directory) / MANIFEST
         if not path.is_file():
             raise FileNotFoundError(f"{directory} has no {MANIFEST}: not a turbotrain training-artifacts directory")
-        data = json.loads(path.read_text())
+        data = _read_object(path)
         if data.get("format") != FORMAT:
             raise ValueError(f"{path}: format {data.get('format')!r}, this runtime reads {FORMAT!r}")
-        optimizer = data.pop("optimizer")
+        _check_keys(path, data)
+        optimizer = dict(data.pop("optimizer"))
         optimizer["betas"] = tuple(optimizer["betas"])
         return cls(**data, optimizer=OptimizerSpec(**optimizer))
+
+
+REQUIRED = ("task", "model_class", "batch_inputs", "trainable", "shapes", "optimizer")
+REQUIRED_OPTIMIZER = ("learning_rate", "betas", "eps")
+FIX = "re-export the artifacts with turbotrain.export_training_artifacts"
+
+
+def _read_object(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not valid JSON ({error}); {FIX}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, found {type(data).__name__}; {FIX}")
+    return data
+
+
+def _check_keys(path: Path, data: dict) -> None:
+    """Every key the runtime reads is there, with the right kind of value; no key it does not know."""
+    known = set(Manifest.__dataclass_fields__)
+    for key in data:
+        if key not in known:
+            raise ValueError(f"{path}: unknown key {key!r} (this runtime knows {sorted(known)}); {FIX}")
+    _require(path, "", data, REQUIRED)
+    if not isinstance(data["optimizer"], dict):
+        raise ValueError(f"{path}: optimizer must be an object; {FIX}")
+    _require(path, "optimizer ", data["optimizer"], REQUIRED_OPTIMIZER)
+    unknown = set(data["optimizer"]) - set(OptimizerSpec.__dataclass_fields__)
+    if unknown:
+        raise ValueError(f"{path}: optimizer has unknown keys {sorted(unknown)}; {FIX}")
+    if not isinstance(data["batch_inputs"], dict) or not isinstance(data["trainable"], list):
+        raise ValueError(f"{path}: batch_inputs must be an object and trainable a list; {FIX}")
+    for name, spec in data["batch_inputs"].items():
+        if not isinstance(spec, dict):
+            raise ValueError(f"{path}: batch_inputs.{name} must be an object with dtype and axes; {FIX}")
+        _require(path, f"batch_inputs.{name} ", spec, ("dtype", "axes"))
+
+
+def _require(path: Path, where: str, data: dict, keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key not in data:
+            prefix = f"{path}: {where}lacks" if where else f"{path} lacks"
+            raise ValueError(f"{prefix} {key!r}; {FIX}")

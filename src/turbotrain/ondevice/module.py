@@ -3,7 +3,8 @@
 `Module.train_step(batch)` runs the training graph (forward, loss, backward) and adds the gradients
 to `module.grads` (so several calls accumulate, as in torch); `eval_step(batch)` runs the eval graph
 and returns (loss, logits). A batch is a dict of numpy arrays: `input_ids` and `attention_mask`
-(batch x sequence) and `labels` (batch x sequence for per-token tasks, batch for classification).
+(batch x sequence) and `labels` (batch x sequence for per-token tasks, batch for classification),
+checked against the manifest first (batch.py: dtypes, shapes, id and label ranges).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from turbotrain.ondevice import manifest as layout
+from turbotrain.ondevice.batch import check_batch
 from turbotrain.ondevice.checkpoint import Checkpoint
 
 DEFAULT_PROVIDERS = ("CPUExecutionProvider",)
@@ -48,15 +50,7 @@ class Module:
         return self.checkpoint.params
 
     def _feeds(self, batch: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        feeds = {n: self.params[n] for n in self.manifest.trainable}
-        for name, spec in self.manifest.batch_inputs.items():
-            if name not in batch:
-                raise KeyError(f"batch lacks {name!r}; it needs {list(self.manifest.batch_inputs)}")
-            value = np.asarray(batch[name], dtype=spec["dtype"])
-            if value.ndim != len(spec["axes"]):
-                raise ValueError(f"{name} has shape {value.shape}; expected axes {spec['axes']}")
-            feeds[name] = value
-        return feeds
+        return {**{n: self.params[n] for n in self.manifest.trainable}, **check_batch(self.manifest, batch)}
 
     def train_step(self, batch: Mapping[str, np.ndarray]) -> float:
         """Forward, loss and backward on one batch; gradients are added to `self.grads`. Returns the loss."""
