@@ -1,4 +1,4 @@
-"""Checkpoints that a kill cannot leave half-written in a form that loads.
+"""Checkpoints that neither a kill nor later damage can pass off as good.
 
 Trainer writes a checkpoint as many files (weights, optimizer, scheduler, RNG states, trainer state)
 into `checkpoint-N`; a SIGKILL in the middle leaves a directory that `resume_from_checkpoint=True`
@@ -6,17 +6,31 @@ would pick and fail on, or worse, load with a stale optimizer. TurboTrainer brac
 
 1. `begin`: an empty `turbotrain-writing` file appears in `checkpoint-N` before anything else;
 2. Trainer writes the checkpoint (its own code, unchanged);
-3. `commit`: every file is flushed to disk (fsync), then `turbotrain-writing` is removed: the commit
-   is that one atomic unlink. Older checkpoints are rotated away only after the commit.
+3. `commit`: every file is flushed to disk (fsync) and its size and SHA-256 are recorded in
+   `turbotrain-manifest.json` (written to a temporary name, flushed, renamed); then `turbotrain-writing`
+   is removed: the commit is that one atomic unlink. Older checkpoints are rotated away only after it.
 
-On resume, a directory that still holds `turbotrain-writing` was cut off mid-save: it is renamed to
-`incomplete-checkpoint-N` (kept for inspection, invisible to Trainer's resume and rotation) and the newest committed
-checkpoint is used. Checkpoints written by stock Trainer (no marker) count as complete when their
-`trainer_state.json` parses, as stock Trainer assumes.
+On resume (`resume_checkpoint`), every candidate is checked (`problem`), newest first:
+
+* `turbotrain-writing` still there: cut off mid-save. Renamed to `incomplete-checkpoint-N`.
+* A file of the manifest missing, of another size or another checksum (truncated, deleted, flipped
+  bits), or `trainer_state.json` unreadable: damaged. Renamed to `damaged-checkpoint-N`.
+
+Set-aside folders are kept for inspection (a second one for the same step gets `-2`, `-3`, ...) and are
+invisible to Trainer's resume and rotation; one warning names the folder and the bad file, and the
+newest good checkpoint is used. An explicit `resume_from_checkpoint="path"` that is missing, cut off
+or damaged is refused with the reason. Checkpoints written by stock Trainer (no manifest) count as
+good when their `trainer_state.json` parses, as stock Trainer assumes; one without `optimizer.pt` or
+`scheduler.pt` still resumes, with a warning that the optimizer or schedule starts fresh.
+
+Cost: the commit reads every file once more for its checksum (SHA-256, ~1-2 GB/s on one core), and
+resume reads the chosen checkpoint once. Per-rank RNG files of other data-parallel ranks
+(`rng_state_1.pth`, ...) are not recorded: those ranks may still be writing them at the commit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,57 +39,149 @@ from pathlib import Path
 from turbotrain.utils.warnings import warn_once
 
 WRITING = "turbotrain-writing"
+MANIFEST = "turbotrain-manifest.json"
 TRAINER_STATE = "trainer_state.json"
+RESUME_STATE = ("optimizer.pt", "scheduler.pt")  # what a stock checkpoint needs to resume like a full run
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_OTHER_RANK = re.compile(r"^rng_state_[1-9]\d*\.pth$")
+CUT_OFF = "cut off while being written"
 
 
 def begin(folder: str | Path) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / WRITING).touch()
-    _fsync_directory(folder)
+    _fsync(folder)
 
 
 def commit(folder: str | Path) -> None:
     folder = Path(folder)
-    for path in folder.rglob("*"):
-        if path.is_file() and path.name != WRITING:
-            with open(path, "rb") as handle:
-                os.fsync(handle.fileno())
+    files = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name not in (WRITING, MANIFEST):
+            _fsync(path)
+            if not _OTHER_RANK.match(path.name):
+                files[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+    partial = folder / f"{MANIFEST}.partial"
+    partial.write_text(json.dumps({"files": files}, indent=1) + "\n")
+    _fsync(partial)
+    os.replace(partial, folder / MANIFEST)
     (folder / WRITING).unlink(missing_ok=True)
-    _fsync_directory(folder)
+    _fsync(folder)
+
+
+def problem(folder: str | Path) -> str | None:
+    """Why `folder` cannot be resumed from (a phrase naming the file), or None when it is good."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return "it does not exist"
+    if (folder / WRITING).exists():
+        return f"it was {CUT_OFF} ({WRITING} is still there)"
+    if (folder / MANIFEST).exists():
+        damage = _manifest_problem(folder)
+        if damage is not None:
+            return damage
+    elif not (folder / TRAINER_STATE).exists():
+        return f"it was {CUT_OFF} (no {TRAINER_STATE})"
+    try:
+        json.loads((folder / TRAINER_STATE).read_text())
+    except (OSError, ValueError) as error:
+        return f"{TRAINER_STATE} is unreadable ({type(error).__name__}: {error})"
+    return None
 
 
 def is_complete(folder: str | Path) -> bool:
-    folder = Path(folder)
-    if (folder / WRITING).exists():
-        return False
-    try:
-        json.loads((folder / TRAINER_STATE).read_text())
-    except (OSError, ValueError):
-        return False
-    return True
+    return problem(folder) is None
 
 
 def last_complete_checkpoint(output_dir: str | Path) -> str | None:
-    """The newest complete `checkpoint-N` in `output_dir`; incomplete newer ones are set aside."""
+    """The newest good `checkpoint-N` in `output_dir`; newer cut-off or damaged ones are set aside."""
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return None
     found = sorted((int(m.group(1)), p) for p in output_dir.iterdir()
                    if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
     for _, path in reversed(found):
-        if is_complete(path):
+        reason = problem(path)
+        if reason is None:
             return str(path)
-        aside = path.with_name("incomplete-" + path.name)  # outside Trainer's `checkpoint-*` rotation
+        aside = _free_name(path, "incomplete-" if CUT_OFF in reason else "damaged-")
         path.rename(aside)
-        warn_once(f"turbotrain: {path} was cut off while being written; moved to {aside.name}, resuming from "
-                  "the previous complete checkpoint")
+        warn_once(f"turbotrain: {path}: {reason}; moved to {aside.name}, resuming from the previous good checkpoint")
     return None
 
 
-def _fsync_directory(folder: Path) -> None:
-    descriptor = os.open(folder, os.O_RDONLY)
+def resume_checkpoint(resume_from_checkpoint, output_dir: str | Path):
+    """What `Trainer.train(resume_from_checkpoint=...)` should get: True -> the newest good checkpoint;
+    a path -> itself, if good (ValueError with the reason otherwise); anything else unchanged."""
+    if resume_from_checkpoint is True:
+        resume_from_checkpoint = last_complete_checkpoint(output_dir)
+        if resume_from_checkpoint is None:
+            raise ValueError(f"No complete checkpoint found in output directory ({output_dir})")
+    elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
+        reason = problem(resume_from_checkpoint)
+        if reason is not None:
+            raise ValueError(f"cannot resume from {resume_from_checkpoint}: {reason}{_listing(resume_from_checkpoint)}")
+    else:
+        return resume_from_checkpoint
+    _warn_missing_resume_state(Path(resume_from_checkpoint))
+    return str(resume_from_checkpoint)
+
+
+def _manifest_problem(folder: Path) -> str | None:
+    try:
+        files = json.loads((folder / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        return f"{MANIFEST} is unreadable ({type(error).__name__}: {error})"
+    for name, recorded in files.items():
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing (it was written at the commit)"
+        size = path.stat().st_size
+        if size != recorded["bytes"]:
+            return f"{name} is {size} bytes, {recorded['bytes']} when written (truncated or overwritten)"
+        if _sha256(path) != recorded["sha256"]:
+            return f"{name} does not match the checksum recorded when it was written (damaged on disk)"
+    return None
+
+
+def _warn_missing_resume_state(folder: Path) -> None:
+    """Stock checkpoints carry no manifest: say when resuming will restart the optimizer or schedule."""
+    if (folder / MANIFEST).exists():
+        return
+    for name in RESUME_STATE:
+        if not (folder / name).exists():
+            warn_once(f"turbotrain: {folder} has no {name}: the {name.split('.')[0]} starts fresh, so the losses "
+                      "will differ from an uninterrupted run (written by stock Trainer or with save_only_model?)")
+
+
+def _listing(path) -> str:
+    parent = Path(path).parent
+    found = sorted((int(m.group(1)), p.name) for p in (parent.iterdir() if parent.is_dir() else ())
+                   if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    names = [name for _, name in found]
+    return f" (checkpoints in {parent}: {', '.join(names)})" if names else ""
+
+
+def _free_name(path: Path, prefix: str) -> Path:
+    """`<prefix>checkpoint-N`, or `-2`, `-3`, ... when an earlier kill at the same step took that name."""
+    aside, number = path.with_name(prefix + path.name), 1
+    while aside.exists():
+        number += 1
+        aside = path.with_name(f"{prefix}{path.name}-{number}")
+    return aside
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
     try:
         os.fsync(descriptor)
     finally:

@@ -13,9 +13,9 @@ It hooks in only through Trainer's overridable methods and never copies the trai
   batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
 * `_inner_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own
   (`Backend.training_loop`); every other backend keeps Trainer's.
-* `_save_checkpoint` / `train(resume_from_checkpoint=True)`: every checkpoint is committed only once
-  fully on disk, and resuming skips one a kill cut off mid-write (checkpoints.py); Trainer's own code
-  writes and loads it.
+* `_save_checkpoint` / `train(resume_from_checkpoint=...)`: every checkpoint is committed only once
+  fully on disk (with its files' sizes and checksums), and resuming skips one a kill cut off mid-write
+  or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
 for them (one warning) instead of changing the numbers.
@@ -131,11 +131,5 @@ class TurboTrainer(Trainer):
                                best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
 
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
-        if resume_from_checkpoint is True:
-            resume_from_checkpoint = checkpoints.last_complete_checkpoint(self.args.output_dir)
-            if resume_from_checkpoint is None:
-                raise ValueError(f"No complete checkpoint found in output directory ({self.args.output_dir})")
-        elif isinstance(resume_from_checkpoint, (str, os.PathLike)) and \
-                not checkpoints.is_complete(resume_from_checkpoint):
-            raise ValueError(f"{resume_from_checkpoint} is not a complete checkpoint (cut off while being written)")
+        resume_from_checkpoint = checkpoints.resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)

@@ -93,3 +93,28 @@ def test_sigkill_during_a_checkpoint_write_then_resume(tmp_path, uninterrupted):
     assert min(resumed) == 5, "the half-written checkpoint-6 is skipped; resume from checkpoint-4"
     assert (out / "incomplete-checkpoint-6").is_dir()
     assert_resumed_like_uninterrupted(resumed, uninterrupted)
+
+
+def kill_mid_save(out: Path, log: Path, step: int, *extra: str) -> None:
+    """Run a worker that stalls while saving checkpoint-`step`, and SIGKILL it there."""
+    (out / "saving-now").unlink(missing_ok=True)
+    process = worker(out, log, *extra, "slow-save-at-step", str(step))
+    wait_for(lambda: (out / "saving-now").exists(), process)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+
+
+@pytest.mark.slow
+def test_killed_twice_while_saving_the_same_checkpoint_then_resume(tmp_path, uninterrupted):
+    """The first resume sets checkpoint-6 aside as incomplete-checkpoint-6; the second kill cuts off the
+    new checkpoint-6, which must be set aside beside it (it once raised 'Directory not empty')."""
+    out = tmp_path / "out"
+    kill_mid_save(out, tmp_path / "first.jsonl", 6)
+    kill_mid_save(out, tmp_path / "second.jsonl", 6, "resume")
+    assert (out / "incomplete-checkpoint-6").is_dir() and (out / "checkpoint-6" / "turbotrain-writing").exists()
+    resumed_log = tmp_path / "resumed.jsonl"
+    finish(worker(out, resumed_log, "resume"))
+    resumed = read_losses(resumed_log)
+    assert min(resumed) == 5, "both half-written checkpoint-6 are skipped; resume from checkpoint-4"
+    assert len(list(out.glob("incomplete-checkpoint-6*"))) == 2
+    assert_resumed_like_uninterrupted(resumed, uninterrupted)

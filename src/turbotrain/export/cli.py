@@ -6,7 +6,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-from turbotrain.export.deploy import DeployExport, copy_tokenizer, export_onnx, load_trained_model
+from turbotrain.export.deploy import DeployExport, export_onnx, load_trained_model
+from turbotrain.export.staging import check_target
 from turbotrain.export.verify import VerificationError
 
 
@@ -22,17 +23,19 @@ def print_export(console: Console, result: DeployExport) -> None:
 def run_export(model_dir: str, out_dir: str, optimize: bool = False, quantize: tuple[str, ...] = (),
                verify: bool = True, tolerance: float | None = None, console: Console | None = None) -> int:
     console = console or Console()
+    check_target(out_dir)  # refuse a folder the export may not replace before loading anything
     with console.status(f"Loading {model_dir}..."):
         model = load_trained_model(model_dir)
     try:
         with console.status("Exporting to ONNX and checking against torch..."):
             result = export_onnx(model, out_dir, optimize=optimize, quantize=quantize, verify=verify,
-                                 tolerances={"fp32": tolerance} if tolerance is not None else None)
+                                 tolerances={"fp32": tolerance} if tolerance is not None else None,
+                                 tokenizer_from=model_dir)
     except VerificationError as error:
         console.print(f"[red]turbotrain export: {error}[/]")
+        console.print(f"nothing was written to {out_dir}")
         return 1
-    model.config.save_pretrained(out_dir)
-    if copy_tokenizer(model_dir, out_dir):
+    if result.tokenizer:
         console.print(f"tokenizer saved beside the model in {out_dir}")
     print_export(console, result)
     return 0

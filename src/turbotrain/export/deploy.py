@@ -9,17 +9,20 @@
 
 Every file written is verified against torch on fresh inputs of several shapes (`verify.py`); a file
 whose logits differ by more than its tolerance raises `VerificationError` (fp32 graphs are exact to
-rounding; fp16 and int8 are approximations, so their tolerances are looser and stated).
+rounding; fp16 and int8 are approximations, so their tolerances are looser and stated). The files
+(with the model's config.json, and its tokenizer on request) are written into a temporary folder and
+moved into `out_dir` only when all of them pass (`staging.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
 
 from turbotrain.export.onnx_graph import export_module, save_onnx
+from turbotrain.export.staging import check_target, staged
 from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, LogitsModule, max_positions, sample_inputs, task_of
 from turbotrain.export.verify import Verification, VerificationError, verify_onnx
 from turbotrain.utils.imports import require
@@ -36,6 +39,13 @@ class DeployExport:
     task: str
     files: dict[str, Path] = field(default_factory=dict)
     verifications: dict[str, Verification] = field(default_factory=dict)
+    tokenizer: bool = False  # a tokenizer was saved beside the model
+
+    def moved_to(self, out_dir: Path) -> DeployExport:
+        """The same export, its paths in `out_dir` (where the staged folder was moved)."""
+        files = {v: out_dir / p.name for v, p in self.files.items()}
+        verifications = {v: replace(c, path=str(out_dir / Path(c.path).name)) for v, c in self.verifications.items()}
+        return replace(self, out_dir=out_dir, files=files, verifications=verifications)
 
 
 def _optimize(source: Path, target: Path, model: torch.nn.Module, fp16: Path | None) -> None:
@@ -57,15 +67,27 @@ def _quantize_int8(source: Path, target: Path) -> None:
 
 def export_onnx(model: torch.nn.Module, out_dir: str | Path, optimize: bool = False,
                 quantize: tuple[str, ...] = (), verify: bool = True,
-                tolerances: dict[str, float] | None = None) -> DeployExport:
-    """Export `model` for deployment into `out_dir`; see the module docstring for the files and checks."""
+                tolerances: dict[str, float] | None = None, tokenizer_from: str | Path | None = None) -> DeployExport:
+    """Export `model` for deployment into `out_dir`; see the module docstring for the files and checks.
+
+    Everything is written into a temporary folder beside `out_dir`, which replaces `out_dir` only once
+    every file is written and verified (staging.py); `out_dir` must be new, empty or an earlier export.
+    `tokenizer_from`: a model directory whose tokenizer is saved beside the model."""
     require("onnxruntime", "ONNX export")
     unknown = set(quantize) - set(QUANTIZATIONS)
     if unknown:
         raise ValueError(f"unknown quantization {sorted(unknown)}; choose from {list(QUANTIZATIONS)}")
+    with staged(out_dir) as folder:
+        result = _export_into(model, folder, optimize, quantize, verify, tolerances)
+        model.config.save_pretrained(str(folder))
+        result.tokenizer = tokenizer_from is not None and copy_tokenizer(tokenizer_from, folder)
+    return result.moved_to(check_target(out_dir))
+
+
+def _export_into(model: torch.nn.Module, out_dir: Path, optimize: bool, quantize: tuple[str, ...], verify: bool,
+                 tolerances: dict[str, float] | None) -> DeployExport:
     model = model.eval().float()
     task = task_of(model)
-    out_dir = Path(out_dir)
     result = DeployExport(out_dir, task.name)
     inputs = sample_inputs(model, batch=2, length=16)
     proto = export_module(LogitsModule(model), inputs, INPUT_NAMES, ["logits"],
@@ -94,11 +116,22 @@ def load_trained_model(model_dir: str | Path) -> torch.nn.Module:
     """A `save_pretrained` directory -> the model class named in its config (no downloads)."""
     import transformers
 
-    config = transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
+    folder = Path(model_dir)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"model directory {model_dir} does not exist (expected a save_pretrained folder)")
+    if not (folder / "config.json").is_file():
+        raise FileNotFoundError(f"{model_dir} has no config.json: not a save_pretrained model directory")
+    config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
     architectures = getattr(config, "architectures", None) or []
     if not architectures or not hasattr(transformers, architectures[0]):
         raise ValueError(f"{model_dir}: config.json names no Transformers architecture to load")
-    return getattr(transformers, architectures[0]).from_pretrained(str(model_dir), local_files_only=True)
+    try:
+        return getattr(transformers, architectures[0]).from_pretrained(str(folder), local_files_only=True)
+    except Exception as error:  # safetensors and torch raise their own types for cut-off or damaged weights
+        weights = sorted(p.name for p in folder.glob("*.safetensors")) or sorted(p.name for p in folder.glob("*.bin"))
+        raise ValueError(f"the weights in {model_dir} ({', '.join(weights) or 'none found'}) cannot be read: "
+                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
+                         "save the model again (save_pretrained)") from None
 
 
 def copy_tokenizer(model_dir: str | Path, out_dir: str | Path) -> bool:

@@ -1,0 +1,82 @@
+"""`turbotrain export` under faults: it writes into a temporary folder beside the target and moves it
+into place only after verification, so an earlier export is replaced whole (no stale variants beside
+a new model.onnx) and a failed one leaves nothing behind; a missing or damaged model directory gives
+one clear line."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("onnxruntime")
+
+from tests import tiny_models  # noqa: E402
+from turbotrain.cli import main  # noqa: E402
+
+pytestmark = pytest.mark.onnx
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    folder = tmp_path / "model"
+    tiny_models.make("bert").save_pretrained(str(folder))
+    return folder
+
+
+def listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def error_line(capsys) -> str:
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+def test_a_new_export_replaces_every_file_of_an_earlier_one(tmp_path, model_dir):
+    out = tmp_path / "onnx"
+    assert main(["export", str(model_dir), str(out), "--optimize", "--quantize", "int8"]) == 0
+    assert {"model.onnx", "model.optimized.onnx", "model.int8.onnx"} <= set(listing(out))
+    assert main(["export", str(model_dir), str(out)]) == 0
+    assert "model.optimized.onnx" not in listing(out) and "model.int8.onnx" not in listing(out)
+    assert listing(tmp_path) == ["model", "onnx"], "no temporary folder is left beside the target"
+
+
+def test_a_failed_verification_leaves_the_earlier_export_untouched(tmp_path, model_dir, monkeypatch):
+    import turbotrain.export.deploy as deploy
+    from turbotrain.export.verify import verify_onnx
+
+    out = tmp_path / "onnx"
+    assert main(["export", str(model_dir), str(out)]) == 0
+    before = {name: (out / name).read_bytes() for name in listing(out)}
+    monkeypatch.setattr(deploy, "verify_onnx",
+                        lambda model, path, tolerance: verify_onnx(tiny_models.make("bert", seed=1), path, tolerance))
+    assert main(["export", str(model_dir), str(out), "--optimize"]) == 1
+    assert {name: (out / name).read_bytes() for name in listing(out)} == before
+    assert listing(tmp_path) == ["model", "onnx"]
+    assert main(["export", str(model_dir), str(tmp_path / "fresh")]) == 1
+    assert listing(tmp_path) == ["model", "onnx"], "a failed first export leaves nothing half-written"
+
+
+def test_a_folder_that_holds_something_else_is_not_replaced(tmp_path, model_dir, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    assert main(["export", str(model_dir), str(out)]) == 2
+    assert "not an earlier export" in error_line(capsys)
+    assert listing(out) == ["notes.txt"]
+
+
+def test_a_missing_model_directory_is_one_clear_line(tmp_path, capsys):
+    assert main(["export", str(tmp_path / "no-such-model"), str(tmp_path / "onnx")]) == 2
+    line = error_line(capsys)
+    assert "no-such-model does not exist" in line and "Repo id" not in line
+
+
+def test_a_truncated_safetensors_is_one_clear_line(tmp_path, model_dir, capsys):
+    weights = model_dir / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    assert main(["export", str(model_dir), str(tmp_path / "onnx")]) == 2
+    line = error_line(capsys)
+    assert "model.safetensors" in line and "cannot be read" in line
+    assert not (tmp_path / "onnx").exists()
