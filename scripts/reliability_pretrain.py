@@ -1,0 +1,103 @@
+"""Reliability probes of `turbotrain pretrain` (subprocesses, a tiny model on a tiny text file).
+
+These pass once the pretrain work of issue 14 (argument checks, checkpoints, SIGINT/SIGTERM, `--resume`,
+non-finite loss stop, writability check and lock file) is merged. See scripts/reliability.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scripts.reliability_common import CLEAR, RIGHT, ROOT, SKIPPED, TRACEBACK, WRONG, Probe, cli, judge_refusal
+
+TINY = ["--vocab-size", "300", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--seq-len", "32",
+        "--batch-size", "4", "--steps", "4", "--warmup-steps", "1", "--logging-steps", "2", "--quiet"]
+SENTENCES = ("The quick brown fox jumps over the lazy dog near the river bank.",
+             "A checkpoint is written after every few steps so that a run can resume.",
+             "Tokens are grouped into blocks of equal length before training starts.")
+
+
+def _text(scratch: Path) -> Path:
+    path = scratch / "text.txt"
+    path.write_text("\n\n".join(f"{SENTENCES[i % 3]} Paragraph {i} adds words {i * 7} and {i * 13}."
+                                for i in range(300)))
+    return path
+
+
+def _pretrain(scratch: Path, *flags: str, out: str = "out") -> list[str]:
+    """Arguments for a tiny run; later flags override TINY's (argparse keeps the last value)."""
+    return ["pretrain", "--files", str(_text(scratch)), "--output-dir", str(scratch / out), *TINY, *flags]
+
+
+def _refused(*flags: str, pattern: str = "."):
+    return lambda scratch: judge_refusal(cli(*_pretrain(scratch, *flags), timeout=90), pattern)
+
+
+def _lr_inf(scratch: Path):
+    result = cli(*_pretrain(scratch, "--lr", "inf"), timeout=120)
+    if result.returncode == 0:
+        return WRONG, "exit 0: trained and saved a model with lr=inf"
+    return judge_refusal(result, "finite|inf|NaN|nan")
+
+
+def _read_only_output(scratch: Path):
+    if os.geteuid() == 0:
+        return SKIPPED, "running as root: permissions do not stop root"
+    out = scratch / "out"
+    out.mkdir()
+    out.chmod(0o555)
+    try:
+        return judge_refusal(cli(*_pretrain(scratch), timeout=120), "writ|permission|Permission")
+    finally:
+        out.chmod(0o755)
+
+
+def _popen(argv: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "turbotrain.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _two_runs_one_dir(scratch: Path):
+    first = _popen(_pretrain(scratch, "--steps", "200"))
+    deadline = time.monotonic() + 60
+    while not (scratch / "out").exists() and time.monotonic() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    second = cli(*_pretrain(scratch, "--steps", "200"), timeout=60)
+    first.kill()
+    first.communicate()
+    if second.returncode == -9:
+        return WRONG, "the second run into the same folder was not refused (still training after 60 s)"
+    return judge_refusal(second, "lock|already|another")
+
+
+def _sigint_then_resume(scratch: Path):
+    process = _popen(_pretrain(scratch, "--steps", "400"))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None and not list((scratch / "out").glob("checkpoint-*")):
+        time.sleep(0.2)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    if "Traceback" in err:
+        return TRACEBACK, [line for line in err.splitlines() if line.strip()][-1][:110]
+    if not list((scratch / "out").glob("checkpoint-*")):
+        return WRONG, f"exit {process.returncode}, no checkpoint saved"
+    resumed = cli(*_pretrain(scratch, "--steps", "400", "--resume"), timeout=240)
+    if resumed.returncode != 0:
+        return judge_refusal(resumed)[0], (resumed.stderr.strip().splitlines() or [""])[-1][:110]
+    return RIGHT, "stopped with a checkpoint on SIGINT; --resume finished the run"
+
+
+def pretrain_probes() -> list[Probe]:
+    bad = {"--steps 0": ["--steps", "0"], "--steps -1": ["--steps", "-1"], "--seq-len 0": ["--seq-len", "0"],
+           "--seq-len 1": ["--seq-len", "1"], "--seq-len 8": ["--seq-len", "8"], "--heads 0": ["--heads", "0"],
+           "--hidden-size 0": ["--hidden-size", "0"], "--layers 0": ["--layers", "0"]}
+    probes = [Probe("pretrain", name, CLEAR, _refused(*flags)) for name, flags in bad.items()]
+    probes += [Probe("pretrain", "--lr inf", CLEAR, _lr_inf),
+               Probe("pretrain", "read-only existing --output-dir", CLEAR, _read_only_output),
+               Probe("pretrain", "two runs into one --output-dir at once", CLEAR, _two_runs_one_dir),
+               Probe("pretrain", "SIGINT mid-run, then --resume", RIGHT, _sigint_then_resume)]
+    return probes
