@@ -1,4 +1,5 @@
-"""Committed checkpoints: the marker logic on its own (the kill tests are in tests/scale/)."""
+"""Committed checkpoints: the marker and manifest logic, and resuming from damaged checkpoints of a real
+run (the kill tests are in tests/scale/)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import json
 
 import pytest
 
+from tests.trainer_helpers import StepRecorder, stock_trainer, turbo_trainer
 from turbotrain import checkpoints
 
 
@@ -43,8 +45,6 @@ def test_stock_checkpoints_without_markers_are_complete_when_their_state_parses(
 
 
 def test_resuming_from_an_explicit_incomplete_checkpoint_is_refused(tmp_path):
-    from tests.trainer_helpers import turbo_trainer
-
     folder = fake_checkpoint(tmp_path / "checkpoint-1")
     checkpoints.begin(folder)
     trainer = turbo_trainer("bert", tmp_path)
@@ -63,8 +63,6 @@ def test_a_second_cut_off_save_of_the_same_step_is_set_aside_too(tmp_path):
 
 
 # A real run: 6 steps of tiny BERT with TurboTrainer, checkpoints at 2, 4 and 6 (committed with manifests).
-from tests.trainer_helpers import StepRecorder, stock_trainer, turbo_trainer  # noqa: E402
-
 SAVES = dict(max_steps=6, save_strategy="steps", save_steps=2)
 
 
