@@ -58,6 +58,8 @@ def judge_refusal(result: subprocess.CompletedProcess, pattern: str = ".") -> tu
     last = err[-1][:110] if err else ""
     if "Traceback" in result.stderr:
         return TRACEBACK, last
+    if result.returncode == -9:
+        return WRONG, f"not refused: {last.strip('()')}"
     if result.returncode == 0:
         lines = result.stdout.strip().splitlines()
         return WRONG, f"exit 0: {lines[-1][:100] if lines else ''}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from scripts.reliability_common import CLEAR, RIGHT, ROOT, SKIPPED, TRACEBACK, WRONG, Probe, cli, judge_refusal
 
-TINY = ["--vocab-size", "300", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--seq-len", "32",
+TINY = ["--vocab-size", "500", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--seq-len", "128",
         "--batch-size", "4", "--steps", "4", "--warmup-steps", "1", "--logging-steps", "2", "--quiet"]
 SENTENCES = ("The quick brown fox jumps over the lazy dog near the river bank.",
              "A checkpoint is written after every few steps so that a run can resume.",
@@ -33,8 +33,15 @@ def _pretrain(scratch: Path, *flags: str, out: str = "out") -> list[str]:
     return ["pretrain", "--files", str(_text(scratch)), "--output-dir", str(scratch / out), *TINY, *flags]
 
 
-def _refused(*flags: str, pattern: str = "."):
+def _refused(*flags: str, pattern: str = "turbotrain pretrain: error|error:"):
     return lambda scratch: judge_refusal(cli(*_pretrain(scratch, *flags), timeout=90), pattern)
+
+
+def _valid_run(scratch: Path):
+    result = cli(*_pretrain(scratch), timeout=180)
+    if result.returncode == 0 and (scratch / "out" / "config.json").is_file():
+        return RIGHT, "exit 0, model saved"
+    return judge_refusal(result)[0], (result.stderr.strip().splitlines() or [""])[-1][:110]
 
 
 def _lr_inf(scratch: Path):
@@ -95,7 +102,8 @@ def pretrain_probes() -> list[Probe]:
     bad = {"--steps 0": ["--steps", "0"], "--steps -1": ["--steps", "-1"], "--seq-len 0": ["--seq-len", "0"],
            "--seq-len 1": ["--seq-len", "1"], "--seq-len 8": ["--seq-len", "8"], "--heads 0": ["--heads", "0"],
            "--hidden-size 0": ["--hidden-size", "0"], "--layers 0": ["--layers", "0"]}
-    probes = [Probe("pretrain", name, CLEAR, _refused(*flags)) for name, flags in bad.items()]
+    probes = [Probe("pretrain", "a valid tiny run (the baseline of the others)", RIGHT, _valid_run)]
+    probes += [Probe("pretrain", name, CLEAR, _refused(*flags)) for name, flags in bad.items()]
     probes += [Probe("pretrain", "--lr inf", CLEAR, _lr_inf),
                Probe("pretrain", "read-only existing --output-dir", CLEAR, _read_only_output),
                Probe("pretrain", "two runs into one --output-dir at once", CLEAR, _two_runs_one_dir),
