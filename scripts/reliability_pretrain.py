@@ -33,7 +33,9 @@ def _pretrain(scratch: Path, *flags: str, out: str = "out") -> list[str]:
     return ["pretrain", "--files", str(_text(scratch)), "--output-dir", str(scratch / out), *TINY, *flags]
 
 
-def _refused(*flags: str, pattern: str = "turbotrain pretrain: error|error:"):
+def _refused(*flags: str):
+    """The message must name the flag (`--seq-len`, `seq_len` or `seq len`), not only fail somewhere."""
+    pattern = flags[0].lstrip("-").replace("-", "[-_ ]")
     return lambda scratch: judge_refusal(cli(*_pretrain(scratch, *flags), timeout=90), pattern)
 
 
@@ -68,12 +70,15 @@ def _popen(argv: list[str]) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True)
 
 
+LONG = ("--steps", "100000")  # longer than any probe waits: the run is stopped by the probe
+
+
 def _two_runs_one_dir(scratch: Path):
-    first = _popen(_pretrain(scratch, "--steps", "200"))
+    first = _popen(_pretrain(scratch, *LONG))
     deadline = time.monotonic() + 60
     while not (scratch / "out").exists() and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.2)
-    second = cli(*_pretrain(scratch, "--steps", "200"), timeout=60)
+    second = cli(*_pretrain(scratch, *LONG), timeout=60)
     first.kill()
     first.communicate()
     if second.returncode == -9:
@@ -82,20 +87,28 @@ def _two_runs_one_dir(scratch: Path):
 
 
 def _sigint_then_resume(scratch: Path):
-    process = _popen(_pretrain(scratch, "--steps", "400"))
+    """SIGINT once a checkpoint exists (or after 60 s); the run must stop cleanly with one saved, and
+    `--resume` must continue from it to 4 steps past it."""
+    process = _popen(_pretrain(scratch, *LONG))
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and process.poll() is None and not list((scratch / "out").glob("checkpoint-*")):
+    while time.monotonic() < deadline and process.poll() is None and not _checkpoints(scratch):
         time.sleep(0.2)
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     if "Traceback" in err:
         return TRACEBACK, [line for line in err.splitlines() if line.strip()][-1][:110]
-    if not list((scratch / "out").glob("checkpoint-*")):
+    if not _checkpoints(scratch):
         return WRONG, f"exit {process.returncode}, no checkpoint saved"
-    resumed = cli(*_pretrain(scratch, "--steps", "400", "--resume"), timeout=240)
+    last = _checkpoints(scratch)[-1]
+    resumed = cli(*_pretrain(scratch, "--steps", str(last + 4), "--resume"), timeout=240)
     if resumed.returncode != 0:
         return judge_refusal(resumed)[0], (resumed.stderr.strip().splitlines() or [""])[-1][:110]
-    return RIGHT, "stopped with a checkpoint on SIGINT; --resume finished the run"
+    return RIGHT, f"stopped on SIGINT with checkpoint-{last}; --resume trained to step {last + 4}"
+
+
+def _checkpoints(scratch: Path) -> list[int]:
+    steps = (p.name.removeprefix("checkpoint-") for p in (scratch / "out").glob("checkpoint-*"))
+    return sorted(int(step) for step in steps if step.isdigit())
 
 
 def pretrain_probes() -> list[Probe]:
