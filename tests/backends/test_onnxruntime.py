@@ -24,7 +24,7 @@ pytestmark = pytest.mark.onnx
 ROOT = Path(__file__).resolve().parents[2]
 
 from turbotrain.backends import BackendUnavailable, ort_graph  # noqa: E402  (module under test)
-from turbotrain.backends.onnxruntime import ort_compiler, ort_config  # noqa: E402
+from turbotrain.backends.onnxruntime import OrtOptions, ort_compiler, ort_config  # noqa: E402
 from turbotrain.backends.ort_graph import STATS, OrtConfig  # noqa: E402
 from turbotrain.passes import optimize  # noqa: E402
 from turbotrain.utils.warnings import TurbotrainWarning  # noqa: E402
@@ -146,10 +146,8 @@ def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):
 def test_options_are_checked(tmp_path):
     from turbotrain import TurboTrainingArguments
 
-    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime", backend_options={"provider": "x"})
-    with pytest.raises(ValueError, match="unknown onnxruntime backend options"):
-        ort_config(args)
-    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime",
-                                  backend_options={"providers": ["NoSuchExecutionProvider"]})
+    with pytest.raises(ValueError, match=r"unknown backend_options \['provider'\] for backend 'onnxruntime'"):
+        TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime", backend_options={"provider": "x"})
+    options = OrtOptions.from_dict({"providers": ["NoSuchExecutionProvider"]}, "onnxruntime")
     with pytest.raises(BackendUnavailable, match="NoSuchExecutionProvider"):
-        ort_config(args)
+        ort_config(options, torch.device("cpu"))

@@ -24,6 +24,7 @@ from turbotrain.export.adamw_graph import AdamWStep, optimizer_io_names
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, GraphModule, export_module, save_onnx, trace_aten
 from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, max_positions, model_kwargs, sample_inputs, task_of
+from turbotrain.modeling import num_classes
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
 from turbotrain.utils.imports import require
@@ -67,9 +68,7 @@ def _label_spec(model: torch.nn.Module) -> tuple[dict[int, str], torch.dtype]:
 def _sample_batch(model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
     input_ids, attention_mask = sample_inputs(model, batch=2, length=16)
     axes, dtype = _label_spec(model)
-    num_labels = model.get_input_embeddings().num_embeddings if task_of(model).labels_per_token \
-        else model.config.num_labels
-    labels = torch.randint(0, num_labels, tuple(input_ids.shape[: len(axes)]), dtype=dtype,
+    labels = torch.randint(0, num_classes(model), tuple(input_ids.shape[: len(axes)]), dtype=dtype,
                            generator=torch.Generator().manual_seed(1))
     return input_ids, attention_mask, labels
 
@@ -121,9 +120,9 @@ def _export_graph(fn, steps: _StepFunctions, params, batch, output_names, path: 
 
 def _weight_decay(model: torch.nn.Module, trainable: list[str], weight_decay: float) -> dict[str, float]:
     """Trainer's rule: no decay for biases and normalization weights."""
-    from transformers import Trainer
+    from turbotrain.hf_boundary import decay_parameter_names
 
-    decayed = set(Trainer.get_decay_parameter_names(None, model))
+    decayed = set(decay_parameter_names(model))
     return {n: (weight_decay if n in decayed else 0.0) for n in trainable}
 
 
