@@ -72,6 +72,10 @@ class TurboOptions:
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
+        if budget is not None:
+            from turbotrain.data.token_budget import require_support
+
+            require_support()
         if self.backend_options is not None and not isinstance(self.backend_options, dict):
             raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
         for options_class in options_class_for(self.backend):

@@ -52,6 +52,17 @@ class TrainerBoundary:
             super()._save_checkpoint(model, trial)
 
 
+def rotate_checkpoints(trainer: Trainer, output_dir: str) -> None:
+    """Delete the checkpoints beyond `save_total_limit` by Transformers' own rule (newest by mtime kept)."""
+    try:
+        from transformers.trainer_utils import rotate_checkpoints as rotate  # 5.2 and later
+    except ImportError:  # 5.0 and 5.1: a private Trainer method
+        trainer._rotate_checkpoints(use_mtime=True, output_dir=output_dir)
+        return
+    rotate(output_dir=output_dir, save_total_limit=trainer.args.save_total_limit,
+           best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=True)
+
+
 def missing_loop_parts() -> list[str]:
     """Trainer methods a backend with its own loop needs that this Transformers release lacks."""
     return [name for name in LOOP_PARTS if not callable(getattr(Trainer, name, None))]

@@ -35,13 +35,12 @@ import os
 
 from torch import nn
 from transformers import Trainer
-from transformers.trainer_utils import rotate_checkpoints
 
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.hf_boundary import TrainerBoundary
+from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -133,8 +132,7 @@ class TurboMixin(TrainerBoundary):
             self.args.save_total_limit = limit
         if self.args.should_save:
             checkpoints.commit(folder)
-            rotate_checkpoints(output_dir=output_dir, save_total_limit=limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+            rotate_checkpoints(self, output_dir)
 
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         if resume_from_checkpoint is True:

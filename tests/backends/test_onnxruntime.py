@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests import tiny_models
+from tests.parity import assert_same_relative_to_scale, loss_and_grads
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses
 
 pytest.importorskip("onnxruntime")
@@ -40,21 +41,11 @@ def fresh_dynamo():
 
 
 def one_step(model, batch, seed: int = 0):
-    model.train()
-    torch.manual_seed(seed)
-    loss = model(**batch).loss
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), grads
+    return loss_and_grads(model, batch, seed=seed)
 
 
 def assert_same_step(got, expected, rtol: float = 1e-5):
-    (loss, grads), (ref_loss, ref_grads) = got, expected
-    assert abs(loss - ref_loss) <= rtol * abs(ref_loss), (loss.item(), ref_loss.item())
-    assert grads.keys() == ref_grads.keys()
-    for name, ref in ref_grads.items():
-        difference = (grads[name] - ref).abs().max().item()
-        assert difference <= rtol * ref.abs().max().item() + 1e-8, (name, difference, ref.abs().max().item())
+    assert_same_relative_to_scale(expected, got, rtol)
 
 
 CASES = {  # family, dropout, label sparsity

@@ -149,7 +149,7 @@ class XlaRun:
         key = jax.random.key(args.seed)
         trainer.control = trainer.callback_handler.on_train_begin(args, trainer.state, trainer.control)
         for epoch in range(epochs_trained, num_train_epochs):
-            self._run_epoch(step, layout, key, dataloader, epoch, steps_in_epoch,
+            self._train_epoch(step, layout, key, dataloader, epoch, steps_in_epoch,
                             skip_batches if epoch == epochs_trained and resume_from_checkpoint else 0,
                             trial, ignore_keys_for_eval, start_time)
             if trainer.control.should_training_stop:
@@ -165,7 +165,7 @@ class XlaRun:
             dataloader.set_epoch(epoch)
         return iter(skip_first_batches(dataloader, skip) if skip else dataloader)
 
-    def _run_epoch(self, step, layout, key, dataloader, epoch, steps_in_epoch, skip, trial, ignore_keys, start_time):
+    def _train_epoch(self, step, layout, key, dataloader, epoch, steps_in_epoch, skip, trial, ignore_keys, start_time):
         trainer, args = self.trainer, self.trainer.args
         control = trainer.control = trainer.callback_handler.on_epoch_begin(args, trainer.state, trainer.control)
         batches = self._batches(dataloader, epoch, skip)
