@@ -40,11 +40,11 @@ CONFIGS = {
                    dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)),
     "gpt2": (GPT2Config, dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0,
                               pad_token_id=0),
-             dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)),
+             dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, classifier_dropout=0.0)),
     "llama": (LlamaConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                                 intermediate_size=64, max_position_embeddings=128, tie_word_embeddings=False,
                                 pad_token_id=0),
-              dict(attention_dropout=0.0)),
+              dict(attention_dropout=0.0, classifier_dropout=0.0)),
 }
 LM_CLASSES = {"bert": BertForMaskedLM, "roberta": RobertaForMaskedLM, "distilbert": DistilBertForMaskedLM,
               "gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}

@@ -2,6 +2,7 @@
 
     from turbotrain import TurboTrainer, TurboTrainingArguments   # was: Trainer, TrainingArguments
 
+Any Trainer subclass gets the same: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)` arguments.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
 `export_onnx` and `export_training_artifacts` export for deployment and on-device training.
 Names are imported on first use, so `turbotrain.ondevice` loads on devices without torch.
@@ -17,6 +18,8 @@ _LAZY = {
     "TurboOptions": "turbotrain.args",
     "TurboTrainingArguments": "turbotrain.args",
     "TurboTrainer": "turbotrain.trainer",
+    "turbo": "turbotrain.trainer",
+    "turbo_arguments": "turbotrain.args",
     "fused_adamw": "turbotrain.passes",
     "optimize": "turbotrain.passes",
     "export_onnx": "turbotrain.export",

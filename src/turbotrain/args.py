@@ -1,14 +1,13 @@
-"""`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's typed options.
+"""`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's options (`TurboOptions`).
 
-Everything TrainingArguments accepts keeps its meaning. The added fields:
-
-backend          "auto" | "eager" | "inductor" | "onnxruntime" (and any registered backend). "auto" picks per device.
-backend_options  options of that backend (onnxruntime: providers, cache_dir, check_first_run, session_options).
-label_sparsity   run the output head and loss only on rows with a label (exact; see passes/label_sparsity.py).
-fused_optimizer  use the fused AdamW kernel where the device has one (exact; see passes/fused_optimizer.py).
-padding_free     pack padded training batches into rows with per-sequence attention (see passes/padding_free.py).
-max_tokens_per_batch  batches filled up to a token budget instead of a fixed size (data/token_budget.py).
-embedding_grad   keep the input embedding's gradient in a persistent buffer (exact; passes/embedding_grad.py).
+Everything TrainingArguments accepts keeps its meaning. turbotrain's options are declared once, in
+`TurboOptions` (a frozen dataclass: name, type, default, help); `TurboTrainingArguments` carries the
+same fields, so they work as keyword arguments, in `to_dict()` and on the command line
+(`HfArgumentParser`). They flow one way: the arguments are checked once at construction (values,
+types, and `backend_options` against the chosen backend's typed options class), the trainer reads them
+once (`TurboOptions.from_args`) and computes the effective options for its backend (`without`);
+nobody writes them back. What each option does is documented where it is implemented; the README's
+option table links there.
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -16,17 +15,81 @@ embedding_grad   keep the input embedding's gradient in a persistent buffer (exa
 from __future__ import annotations
 
 import logging
-import numbers
 import os
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, replace
 
 import torch
 from transformers import TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
+from turbotrain.backends.registry import options_class_for
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
+SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad")
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class TurboOptions:
+    """turbotrain's options of one run; plain TrainingArguments get the defaults."""
+
+    backend: str = field(default=AUTO, metadata=_help(
+        "What executes the step: 'auto' (eager on CPU, inductor on CUDA), 'eager', 'inductor', 'onnxruntime', "
+        "'xla' (turbotrain/backends/)."))
+    backend_options: dict | None = field(default=None, metadata=_help(
+        "Options of the chosen backend: onnxruntime (providers, cache_dir, check_first_run, session_options), "
+        "xla (num_devices, length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
+    label_sparsity: bool = field(default=True, metadata=_help(
+        "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."))
+    fused_optimizer: bool = field(default=True, metadata=_help(
+        "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."))
+    padding_free: bool = field(default=True, metadata=_help(
+        "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
+        "the collator pads (exact without dropout; passes/padding_free.py)."))
+    embedding_grad: bool = field(default=True, metadata=_help(
+        "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
+        "tensor every step (exact; passes/embedding_grad.py)."))
+    max_tokens_per_batch: int | None = field(default=None, metadata=_help(
+        "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
+        "examples (data/token_budget.py; pairs well with padding_free)."))
+
+    @classmethod
+    def from_args(cls, args: TrainingArguments) -> TurboOptions:
+        if not isinstance(args, TurboArgumentsMixin):
+            return cls()
+        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+
+    def validate(self) -> None:
+        if self.backend not in valid_choices():
+            raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
+        for name in SWITCHES:
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        budget = self.max_tokens_per_batch
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
+        if budget is not None:
+            from turbotrain.data.token_budget import require_support
+
+            require_support()
+        if self.backend_options is not None and not isinstance(self.backend_options, dict):
+            raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
+        for options_class in options_class_for(self.backend):
+            options_class.from_dict(self.backend_options, self.backend)
+
+    def backend_for(self, device: torch.device) -> str:
+        return resolve_backend_name(self.backend, device)
+
+    def without(self, turned_off: dict[str, str], backend: str) -> TurboOptions:
+        """These options with the ones a backend cannot use switched off (each said once in the log)."""
+        off = {name: reason for name, reason in turned_off.items() if getattr(self, name)}
+        for name, reason in off.items():
+            logger.info("turbotrain %s: %s is not used with this backend (%s)", backend, name, reason)
+        return replace(self, **dict.fromkeys(off, False))
 
 
 def _cpu_only_multiprocess() -> bool:
@@ -35,54 +98,22 @@ def _cpu_only_multiprocess() -> bool:
         hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
-@dataclass
-class TurboTrainingArguments(TrainingArguments):
-    backend: str = field(
-        default=AUTO,
-        metadata={"help": "What executes the step: 'auto' (eager on CPU, inductor on CUDA), 'eager', 'inductor'."},
-    )
-    label_sparsity: bool = field(
-        default=True,
-        metadata={"help": "Compute the output head and loss only on rows whose label is not -100 (exact)."},
-    )
-    fused_optimizer: bool = field(
-        default=True,
-        metadata={"help": "Use the fused AdamW kernel where the device has one, foreach otherwise (exact)."},
-    )
-    padding_free: bool = field(
-        default=True,
-        metadata={"help": "Pack padded training batches into rows with per-sequence attention, where the model "
-                          "is supported and the collator pads (exact without dropout)."},
-    )
+def _with_turbo_fields(cls):
+    """Give `cls` TurboOptions' fields (same names, types, defaults and help), then make it a dataclass."""
+    for option in fields(TurboOptions):
+        cls.__annotations__[option.name] = option.type
+        default = option.default if option.default is not MISSING else None
+        setattr(cls, option.name, field(default=default, metadata=dict(option.metadata)))
+    return dataclass(cls)
 
-    embedding_grad: bool = field(
-        default=True,
-        metadata={"help": "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh "
-                          "vocabulary-sized tensor every step (exact)."},
-    )
-    backend_options: dict | None = field(
-        default=None,
-        metadata={"help": "Options of the chosen backend, e.g. for 'onnxruntime': providers, cache_dir, "
-                          "check_first_run, session_options (see turbotrain/backends/onnxruntime.py)."},
-    )
-    max_tokens_per_batch: int | None = field(
-        default=None,
-        metadata={"help": "Fill each training batch with examples up to this many tokens, instead of "
-                          "per_device_train_batch_size examples (pairs well with padding_free)."},
-    )
+
+class TurboArgumentsMixin:
+    """What every turbotrain arguments class adds to its TrainingArguments class (fields come from TurboOptions)."""
 
     def __post_init__(self):
         if str(self.optim) == ORT_FUSED_ALIAS:
             self.optim = "adamw_torch_fused"
-        if self.backend not in valid_choices():
-            raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
-        for name in ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        budget = self.max_tokens_per_batch
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, numbers.Integral) or budget < 1):
-            raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens (an int) or None, "
-                             f"got {budget!r}")
+        TurboOptions.from_args(self).validate()
         if _cpu_only_multiprocess() and not self.use_cpu:
             # Without use_cpu, Accelerate treats a torchrun launch on a machine with no accelerator as
             # not distributed: no gradient all-reduce, and Trainer still scales the loss by the process count.
@@ -97,23 +128,30 @@ class TurboTrainingArguments(TrainingArguments):
         return resolve_backend_name(self.backend, self.device)
 
 
-@dataclass(frozen=True)
-class TurboOptions:
-    """The turbotrain options of one run; plain TrainingArguments get the defaults."""
+@_with_turbo_fields
+class TurboTrainingArguments(TurboArgumentsMixin, TrainingArguments):
+    """`TrainingArguments` with turbotrain's options (see `TurboOptions`)."""
 
-    backend: str = AUTO
-    label_sparsity: bool = True
-    fused_optimizer: bool = True
-    padding_free: bool = True
-    max_tokens_per_batch: int | None = None
-    embedding_grad: bool = True
+    __annotations__ = {}
 
-    @classmethod
-    def from_args(cls, args: TrainingArguments) -> TurboOptions:
-        if isinstance(args, TurboTrainingArguments):
-            return cls(args.backend, args.label_sparsity, args.fused_optimizer, args.padding_free,
-                       args.max_tokens_per_batch, args.embedding_grad)
-        return cls()
 
-    def backend_for(self, device: torch.device) -> str:
-        return resolve_backend_name(self.backend, device)
+_ARGUMENT_CLASSES: dict[type, type] = {TrainingArguments: TurboTrainingArguments}
+
+
+def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingArguments]:
+    """`arguments_class` (TRL's `SFTConfig`, `Seq2SeqTrainingArguments`, ...) with turbotrain's options added.
+
+        from trl import SFTConfig
+        TurboSFTConfig = turbotrain.turbo_arguments(SFTConfig)
+        args = TurboSFTConfig(output_dir="out", backend="eager", label_sparsity=True, ...)
+    """
+    if isinstance(arguments_class, type) and issubclass(arguments_class, TurboArgumentsMixin):
+        return arguments_class
+    if not (isinstance(arguments_class, type) and issubclass(arguments_class, TrainingArguments)):
+        raise TypeError(f"turbo_arguments() takes a TrainingArguments subclass, got {arguments_class!r}")
+    if arguments_class not in _ARGUMENT_CLASSES:
+        namespace = {"__annotations__": {}, "__module__": __name__, "__qualname__": f"Turbo{arguments_class.__name__}",
+                     "__doc__": f"`{arguments_class.__name__}` with turbotrain's options (see `TurboOptions`)."}
+        made = type(f"Turbo{arguments_class.__name__}", (TurboArgumentsMixin, arguments_class), namespace)
+        _ARGUMENT_CLASSES[arguments_class] = _with_turbo_fields(made)
+    return _ARGUMENT_CLASSES[arguments_class]

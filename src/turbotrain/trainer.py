@@ -1,19 +1,22 @@
-"""`TurboTrainer`: `transformers.Trainer` with turbotrain's passes and backends, nothing else changed.
+"""`TurboTrainer` and `turbo(TrainerClass)`: a Trainer with turbotrain's passes and backends, nothing else changed.
 
-It hooks in only through Trainer's overridable methods and never copies the training loop:
+`TurboMixin` is placed before a `transformers.Trainer` class (`turbo(SFTTrainer)`, `turbo(Seq2SeqTrainer)`;
+`TurboTrainer` is `turbo(Trainer)`). It hooks in only through Trainer's overridable methods and never
+copies the training loop; Trainer's private hooks are reached through `hf_boundary.TrainerBoundary`,
+which forwards them to the public `turbo_*` methods here:
 
-* `__init__`: resolve the backend and let it adjust the arguments before Trainer builds its
-  accelerator; choose the fused AdamW; install the model passes (`optimize`).
-* `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter
-  search re-initialises the model per trial).
+* `__init__`: after the Trainer class has built itself (a subclass may have wrapped the model, e.g.
+  TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
+  options (`TurboOptions.without` what the backend turns off), choose the fused AdamW, and install the
+  model passes (`optimize`) on the model the Trainer trains.
+* `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
   prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
-* `_get_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
-* `_get_num_items_in_batch`: Trainer counts the loss's items on the padded labels that packed
-  batches carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
-* `_inner_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own
-  (`Backend.training_loop`); every other backend keeps Trainer's.
-* `_save_checkpoint` / `train(resume_from_checkpoint=...)`: every checkpoint is committed only once
+* `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
+* `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
+  carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
+* `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
+* `turbo_checkpoint` / `train(resume_from_checkpoint=...)`: every checkpoint is committed only once
   fully on disk (with its files' sizes and checksums), and resuming skips one a kill cut off mid-write
   or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
 
@@ -26,49 +29,47 @@ gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, 
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import logging
-import os
 
 from torch import nn
-from transformers import Trainer, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+from transformers import Trainer
 
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
+from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
-_TRAINER_SIGNATURE = inspect.signature(Trainer.__init__)
 
 
-class TurboTrainer(Trainer):
-    """Drop-in replacement for `transformers.Trainer`; see the module docstring for what it changes."""
+class TurboMixin(TrainerBoundary):
+    """turbotrain's part of a Trainer class; see the module docstring for what it changes."""
 
-    def __init__(self, model: nn.Module | None = None, args: TrainingArguments | None = None, *rest, **kwargs):
-        args = args if args is not None else TurboTrainingArguments(output_dir="tmp_trainer")
-        bound = _TRAINER_SIGNATURE.bind(self, model, args, *rest, **kwargs).arguments
-        self.backend = get_backend(TurboOptions.from_args(args).backend_for(args.device))
-        self.backend.check_available(args)
-        self.backend.configure(args)
-        self.turbo_options = TurboOptions.from_args(args)
-        self._sparsity_allowed = self._label_sparsity_allowed(args, bound.get("compute_loss_func"))
-        args.optim = resolve_optim_name(args.optim, args.device, self.turbo_options.fused_optimizer)
-        self.turbo_report: OptimizeReport | None = None
-        if model is not None:
-            model = self._prepare_model(model)
-        super().__init__(model, args, *rest, **kwargs)
-        logger.info("turbotrain: backend=%s optim=%s; %s", self.backend.name, args.optim, self.turbo_report)
+    turbo_report: OptimizeReport | None = None
 
-    def _label_sparsity_allowed(self, args: TrainingArguments, compute_loss_func) -> bool:
+    def __init__(self, *args, **kwargs):
+        self._turbo_ready = False
+        super().__init__(*args, **kwargs)
+        requested = TurboOptions.from_args(self.args)
+        self.backend = get_backend(requested.backend_for(self.args.device), requested.backend_options)
+        self.backend.check_available(self.args)
+        self.turbo_options = requested.without(self.backend.turns_off, self.backend.name)
+        self.args.optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
+        self._turbo_ready = True
+        if self.model is not None and self.turbo_report is None:
+            self.model = self.model_wrapped = self._prepare_model(self.model)
+        logger.info("turbotrain: backend=%s optim=%s; %s", self.backend.name, self.args.optim, self.turbo_report)
+
+    def _label_sparsity_allowed(self) -> bool:
         if not self.turbo_options.label_sparsity:
             return False
-        if args.label_smoothing_factor != 0 or compute_loss_func is not None:
+        if self.args.label_smoothing_factor != 0 or self.compute_loss_func is not None:
             warn_once(
                 "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
                 "reads the full logits."
@@ -77,13 +78,15 @@ class TurboTrainer(Trainer):
         return True
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
-        self.turbo_report = optimize(model, label_sparsity=self._sparsity_allowed,
+        self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
                                      padding_free=self.turbo_options.padding_free,
                                      embedding_grad=self.turbo_options.embedding_grad)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
-        return self._prepare_model(super().call_model_init(trial))
+        model = super().call_model_init(trial)
+        # during Trainer.__init__ the options are not read yet; __init__ prepares that model afterwards
+        return self._prepare_model(model) if self._turbo_ready else model
 
     def get_train_dataloader(self):
         if self.turbo_report is None or self.turbo_report.padding_free is None or self.data_collator is None:
@@ -95,41 +98,70 @@ class TurboTrainer(Trainer):
         finally:
             self.data_collator = user_collator
 
-    def _get_train_sampler(self, train_dataset=None):
+    # --- the public hooks TrainerBoundary forwards Trainer's private ones to -------------------------
+
+    def turbo_train_sampler(self, dataset):
+        """A token-budget batch sampler with `max_tokens_per_batch`, or None for Trainer's own sampler."""
         budget = self.turbo_options.max_tokens_per_batch
         if budget is None:
-            return super()._get_train_sampler(train_dataset)
-        dataset = train_dataset if train_dataset is not None else self.train_dataset
+            return None
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         return TokenBudgetBatchSampler(example_lengths(dataset), budget, seed=seed,
                                        rank=self.args.process_index, world_size=self.args.world_size)
 
-    def _get_num_items_in_batch(self, batch_samples, device):
+    def turbo_count_batches(self, batch_samples: list) -> list:
+        """The batches Trainer counts loss items on: packed ones with their padded labels put back."""
         if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):
-            batch_samples = [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
-        return super()._get_num_items_in_batch(batch_samples, device)
+            return [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
+        return batch_samples
 
-    def _inner_training_loop(self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None,
-                             ignore_keys_for_eval=None):
-        loop = self.backend.training_loop(self)
-        if loop is None:
-            return super()._inner_training_loop(batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
-        return loop(batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
+    def turbo_training_loop(self):
+        """The backend's own loop (same arguments as Trainer's inner loop), or None to keep Trainer's."""
+        return self.backend.training_loop(self)
 
-    def _save_checkpoint(self, model, trial) -> None:
-        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+    @contextlib.contextmanager
+    def turbo_checkpoint(self, folder: str, output_dir: str):
+        """Around Trainer's save of `folder`: begin, then commit once on disk, then rotate old checkpoints."""
         if self.args.should_save:
             checkpoints.begin(folder)
         limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate only after the commit
         try:
-            super()._save_checkpoint(model, trial)
+            yield
         finally:
             self.args.save_total_limit = limit
         if self.args.should_save:
             checkpoints.commit(folder)
-            rotate_checkpoints(output_dir=self._get_output_dir(trial=trial), save_total_limit=limit,
-                               best_model_checkpoint=self.state.best_model_checkpoint, use_mtime=True)
+            rotate_checkpoints(self, output_dir)
 
     def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
         resume_from_checkpoint = checkpoints.resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+
+
+class TurboTrainer(TurboMixin, Trainer):
+    """Drop-in replacement for `transformers.Trainer`; see the module docstring for what it changes."""
+
+    def __init__(self, model: nn.Module | None = None, args=None, *rest, **kwargs):
+        args = args if args is not None else TurboTrainingArguments(output_dir="tmp_trainer")
+        super().__init__(model, args, *rest, **kwargs)
+
+
+_TRAINER_CLASSES: dict[type, type] = {Trainer: TurboTrainer}
+
+
+def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
+    """`trainer_class` with turbotrain's passes and backends: `turbo(SFTTrainer)(model=..., args=...)`.
+
+    Options come from the arguments object: a `turbotrain.turbo_arguments(ConfigClass)` instance (or
+    `TurboTrainingArguments`); plain arguments get the defaults. The class is made once per Trainer class.
+    """
+    if isinstance(trainer_class, type) and issubclass(trainer_class, TurboMixin):
+        return trainer_class
+    if not (isinstance(trainer_class, type) and issubclass(trainer_class, Trainer)):
+        raise TypeError(f"turbo() takes a transformers.Trainer subclass, got {trainer_class!r}")
+    if trainer_class not in _TRAINER_CLASSES:
+        name = f"Turbo{trainer_class.__name__}"
+        namespace = {"__module__": __name__, "__qualname__": name,
+                     "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`)."}
+        _TRAINER_CLASSES[trainer_class] = type(name, (TurboMixin, trainer_class), namespace)
+    return _TRAINER_CLASSES[trainer_class]

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from tests import tiny_models
+from tests.parity import assert_same_relative_to_scale, loss_and_grads
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses
 
 pytest.importorskip("onnxruntime")
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.onnx
 ROOT = Path(__file__).resolve().parents[2]
 
 from turbotrain.backends import BackendUnavailable, ort_graph  # noqa: E402  (module under test)
-from turbotrain.backends.onnxruntime import ort_compiler, ort_config  # noqa: E402
+from turbotrain.backends.onnxruntime import OrtOptions, ort_compiler, ort_config  # noqa: E402
 from turbotrain.backends.ort_graph import STATS, OrtConfig  # noqa: E402
 from turbotrain.passes import optimize  # noqa: E402
 from turbotrain.utils.warnings import TurbotrainWarning  # noqa: E402
@@ -40,21 +41,11 @@ def fresh_dynamo():
 
 
 def one_step(model, batch, seed: int = 0):
-    model.train()
-    torch.manual_seed(seed)
-    loss = model(**batch).loss
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), grads
+    return loss_and_grads(model, batch, seed=seed)
 
 
 def assert_same_step(got, expected, rtol: float = 1e-5):
-    (loss, grads), (ref_loss, ref_grads) = got, expected
-    assert abs(loss - ref_loss) <= rtol * abs(ref_loss), (loss.item(), ref_loss.item())
-    assert grads.keys() == ref_grads.keys()
-    for name, ref in ref_grads.items():
-        difference = (grads[name] - ref).abs().max().item()
-        assert difference <= rtol * ref.abs().max().item() + 1e-8, (name, difference, ref.abs().max().item())
+    assert_same_relative_to_scale(expected, got, rtol)
 
 
 CASES = {  # family, dropout, label sparsity
@@ -146,10 +137,8 @@ def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):
 def test_options_are_checked(tmp_path):
     from turbotrain import TurboTrainingArguments
 
-    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime", backend_options={"provider": "x"})
-    with pytest.raises(ValueError, match="unknown onnxruntime backend options"):
-        ort_config(args)
-    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime",
-                                  backend_options={"providers": ["NoSuchExecutionProvider"]})
+    with pytest.raises(ValueError, match=r"unknown backend_options \['provider'\] for backend 'onnxruntime'"):
+        TurboTrainingArguments(output_dir=str(tmp_path), backend="onnxruntime", backend_options={"provider": "x"})
+    options = OrtOptions.from_dict({"providers": ["NoSuchExecutionProvider"]}, "onnxruntime")
     with pytest.raises(BackendUnavailable, match="NoSuchExecutionProvider"):
-        ort_config(args)
+        ort_config(options, torch.device("cpu"))

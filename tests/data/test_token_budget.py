@@ -7,8 +7,11 @@ import pytest
 from tests.tiny_models import make
 from tests.trainer_helpers import COMMON, RightPaddingCollator, variable_length_dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
+from turbotrain.data import token_budget
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, plan_batches
 
+SUPPORTED = token_budget.BatchRebalanceSampler is not object
+needs_batch_sampler = pytest.mark.skipif(not SUPPORTED, reason="Transformers < 5.17 has no BatchRebalanceSampler")
 LENGTHS = [5, 9, 3, 12, 1, 7, 30, 2, 2, 8]
 
 
@@ -20,6 +23,7 @@ def test_plan_batches_respects_the_budget_and_keeps_order():
     assert [6] in batches  # the 30-token example
 
 
+@needs_batch_sampler
 def test_every_example_once_per_epoch_and_a_new_order_each_epoch():
     sampler = TokenBudgetBatchSampler(LENGTHS, max_tokens=16, seed=3)
     first = [i for batch in sampler for i in batch]
@@ -29,6 +33,7 @@ def test_every_example_once_per_epoch_and_a_new_order_each_epoch():
     assert first != second and len(sampler) == len(list(iter(sampler)))
 
 
+@needs_batch_sampler
 def test_ranks_split_the_batches_evenly():
     ranks = [TokenBudgetBatchSampler(LENGTHS, max_tokens=10, seed=0, rank=r, world_size=2) for r in range(2)]
     batches = [list(sampler) for sampler in ranks]
@@ -42,6 +47,7 @@ def test_bad_budget_is_rejected(tmp_path):
         TurboTrainingArguments(output_dir=str(tmp_path), report_to="none", max_tokens_per_batch=0)
 
 
+@needs_batch_sampler
 def test_trainer_batches_fill_the_token_budget(tmp_path):
     dataset = variable_length_dataset(n=40)
     args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 3}, max_tokens_per_batch=64,
@@ -56,3 +62,9 @@ def test_trainer_batches_fill_the_token_budget(tmp_path):
     assert sum(sizes) == len(dataset) and len(set(sizes)) > 1  # every example once, batch sizes vary
     trainer.train()
     assert trainer.state.global_step == 3
+
+
+@pytest.mark.skipif(SUPPORTED, reason="this Transformers release supports token-budget batches")
+def test_older_transformers_are_refused_with_the_version_needed(tmp_path):
+    with pytest.raises(ValueError, match=r"max_tokens_per_batch needs transformers>=5\.17"):
+        TurboTrainingArguments(output_dir=str(tmp_path), report_to="none", max_tokens_per_batch=64)

@@ -9,31 +9,11 @@ import pytest
 import torch
 from torch import nn
 
+from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import CAUSAL, FAMILIES, batch, make
 from turbotrain import optimize
 from turbotrain.passes.label_sparsity import find_head
 from turbotrain.utils.warnings import TurbotrainWarning
-
-
-def loss_and_grads(model, inputs, **kwargs):
-    model.train()
-    model.zero_grad(set_to_none=True)
-    torch.manual_seed(7)  # dropout draws the same masks in both runs
-    out = model(**inputs, **kwargs)
-    out.loss.backward()
-    grads = {n: p.grad.detach().clone() if p.grad is not None else None for n, p in model.named_parameters()}
-    return out.loss.detach(), grads
-
-
-def assert_same(stock, sparse, rtol, atol):
-    (loss_a, grads_a), (loss_b, grads_b) = stock, sparse
-    torch.testing.assert_close(loss_b.float(), loss_a.float(), rtol=rtol, atol=atol, equal_nan=True)
-    assert grads_a.keys() == grads_b.keys()
-    for name in grads_a:
-        a, b = grads_a[name], grads_b[name]
-        assert (a is None) == (b is None), name
-        if a is not None:
-            torch.testing.assert_close(b.float(), a.float(), rtol=rtol, atol=atol, equal_nan=True, msg=name)
 
 
 def stock_and_sparse(family, dtype=torch.float32):

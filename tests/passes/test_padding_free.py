@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from tests.passes.test_label_sparsity import assert_same
+from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import CAUSAL, ENCODERS, FAMILIES, make, padded_batch
 from turbotrain import optimize
 from turbotrain.passes.packing import SEQUENCE_STARTS, PackingSpec, pack_batch, plan_rows
@@ -21,13 +21,6 @@ SHAPES = {
 # "tok": token classification, whose labels are classes, not token ids; padded_and_packed asserts that
 # the pass applies (its self-check once fed token ids as labels, so it never did).
 CASES = [(f, "lm") for f in FAMILIES] + [(f, "cls") for f in ENCODERS] + [(f, "tok") for f in FAMILIES]
-
-
-def loss_and_grads(model, inputs):
-    model.zero_grad(set_to_none=True)
-    out = model(**inputs)
-    out.loss.backward()
-    return out.loss.detach(), {n: None if p.grad is None else p.grad.clone() for n, p in model.named_parameters()}
 
 
 def padded_and_packed(family, task, lengths, **batch_kw):

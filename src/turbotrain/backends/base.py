@@ -1,18 +1,23 @@
 """The interface every backend implements. A backend decides what executes the training step.
 
-A backend is a small class registered under a name (see `registry.py`). `TurboTrainer` calls, in order:
-`check_available()` (raise `BackendUnavailable` naming what to install), `configure(args)` before
-`Trainer.__init__` builds its accelerator (for a backend that must change Trainer's arguments; none
-of the built-in ones does), then `wrap_model(model)` on the model the Trainer will train (`inductor`
-compiles it in place there). A backend whose step cannot run inside Trainer's loop (xla: no
-`loss.backward()`) returns its own loop from `training_loop(trainer)`; TurboTrainer then calls it in
-place of `Trainer._inner_training_loop`, after Trainer's `train()` has done the setup and resume.
-The trainer never branches on a backend's name.
+A backend is a small class registered under a name (see `registry.py`) with one typed options class
+(`options_class`, a frozen `BackendOptions` dataclass: `backend_options={...}` is parsed into it once,
+unknown keys are an error naming the valid ones). Options flow one way: the backend never changes the
+user's arguments; it declares the turbotrain options it cannot use (`turns_off`: name -> reason) and
+the trainer computes the effective options once (`TurboOptions.without`).
+
+`TurboTrainer` calls, in order: `check_available(args)` (raise `BackendUnavailable` naming what to
+install), then `wrap_model(model)` on the model the Trainer will train (`inductor` compiles it in
+place there). A backend whose step cannot run inside Trainer's loop (xla: no `loss.backward()`)
+returns its own loop from `training_loop(trainer)`; the trainer then calls it in place of Trainer's
+inner loop, after Trainer's `train()` has done the setup and resume. The trainer never branches on a
+backend's name.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
 
 from torch import nn
 from transformers import TrainingArguments
@@ -22,22 +27,49 @@ class BackendUnavailable(RuntimeError):
     """The backend cannot run here; the message says what to install or change."""
 
 
+@dataclass(frozen=True)
+class BackendOptions:
+    """A backend's options; subclasses add fields (with defaults) and checks in `validate`."""
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any] | None, backend: str = "") -> BackendOptions:
+        options = dict(options or {})
+        names = sorted(f.name for f in fields(cls))
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            valid = ", ".join(names) if names else "none (it takes no options)"
+            raise ValueError(f"unknown backend_options {unknown} for backend '{backend or '?'}'; valid: {valid}")
+        parsed = cls(**cls.normalize(options))
+        parsed.validate()
+        return parsed
+
+    @classmethod
+    def normalize(cls, options: dict[str, Any]) -> dict[str, Any]:
+        """Turn user-given values into the field types (lists into tuples...); default: as given."""
+        return options
+
+    def validate(self) -> None:
+        """Raise ValueError for a value out of range (default: nothing to check)."""
+
+
 class Backend:
     name: ClassVar[str]
     description: ClassVar[str] = ""
+    options_class: ClassVar[type[BackendOptions]] = BackendOptions
+    turns_off: ClassVar[dict[str, str]] = {}  # turbotrain option -> why this backend cannot use it
+
+    def __init__(self, options: BackendOptions | None = None):
+        self.options = options if options is not None else self.options_class()
 
     def check_available(self, args: TrainingArguments) -> None:
         """Raise BackendUnavailable if this backend cannot run with `args` on this machine."""
-
-    def configure(self, args: TrainingArguments) -> None:
-        """Adjust `args` before the Trainer is built (default: nothing)."""
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Return the module the Trainer should train (default: the model itself)."""
         return model
 
     def training_loop(self, trainer):
-        """A callable replacing `Trainer._inner_training_loop` (same arguments), or None to keep Trainer's."""
+        """A callable replacing Trainer's inner training loop (same arguments), or None to keep Trainer's."""
         return None
 
     def report(self) -> dict:

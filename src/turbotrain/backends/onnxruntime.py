@@ -7,7 +7,7 @@ ops; each is exported to ONNX by turbotrain's one exporter and run by an `onnxru
 with ONNX Runtime's graph optimizations (see `ort_graph.py` for dropout, dynamic sizes, the disk cache,
 the first-run check and the fallback). The optimizer step stays in torch (fused AdamW).
 
-Options (`TurboTrainingArguments(backend="onnxruntime", backend_options={...})`):
+Options (`TurboTrainingArguments(backend="onnxruntime", backend_options={...})`, parsed into `OrtOptions`):
     providers        ONNX Runtime execution providers, default by device (CUDA, ROCm, else CPU)
     cache_dir        where exported graphs are kept (default ~/.cache/turbotrain/onnxruntime; None: off)
     check_first_run  compare each graph's first outputs with eager (default True)
@@ -18,19 +18,19 @@ GPT-2, Llama; 10 golden steps through TurboTrainer).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from turbotrain.backends.base import Backend, BackendUnavailable
+from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.utils.imports import is_available
 
 DEFAULT_CACHE = Path.home() / ".cache" / "turbotrain" / "onnxruntime"
 PROVIDERS_BY_DEVICE = {"cuda": ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")}
-OPTION_NAMES = {"providers", "cache_dir", "check_first_run", "session_options"}
 
 
 def default_providers(device: torch.device, available: list[str]) -> tuple[str, ...]:
@@ -38,24 +38,40 @@ def default_providers(device: torch.device, available: list[str]) -> tuple[str, 
     return (*preferred[:1], "CPUExecutionProvider")
 
 
-def ort_config(args: TrainingArguments):
-    """The backend's options from `args.backend_options`, checked, with defaults filled in."""
+@dataclass(frozen=True)
+class OrtOptions(BackendOptions):
+    providers: tuple[str, ...] | None = None
+    cache_dir: Path | None = DEFAULT_CACHE
+    check_first_run: bool = True
+    session_options: dict = field(default_factory=dict)
+
+    @classmethod
+    def normalize(cls, options: dict) -> dict:
+        if options.get("providers") is not None:
+            options["providers"] = tuple(options["providers"])
+        if options.get("cache_dir") is not None:
+            options["cache_dir"] = Path(options["cache_dir"])
+        return options
+
+    def validate(self) -> None:
+        if not isinstance(self.check_first_run, bool):
+            raise ValueError(f"check_first_run must be True or False, got {self.check_first_run!r}")
+        if not isinstance(self.session_options, dict):
+            raise ValueError(f"session_options must be a dict of SessionOptions attributes, got {self.session_options!r}")
+
+
+def ort_config(options: OrtOptions, device: torch.device):
+    """The resolved configuration: providers chosen for `device` and checked against this onnxruntime."""
     import onnxruntime
 
     from turbotrain.backends.ort_graph import OrtConfig
 
-    options = dict(getattr(args, "backend_options", None) or {})
-    unknown = set(options) - OPTION_NAMES
-    if unknown:
-        raise ValueError(f"unknown onnxruntime backend options {sorted(unknown)}; valid: {sorted(OPTION_NAMES)}")
     available = onnxruntime.get_available_providers()
-    providers = tuple(options.get("providers") or default_providers(args.device, available))
+    providers = options.providers or default_providers(device, available)
     missing = [p for p in providers if p not in available]
     if missing:
         raise BackendUnavailable(f"onnxruntime has no {missing} here (available: {available})")
-    cache = options.get("cache_dir", DEFAULT_CACHE)
-    return OrtConfig(providers, Path(cache) if cache is not None else None,
-                     bool(options.get("check_first_run", True)), dict(options.get("session_options", {})))
+    return OrtConfig(tuple(providers), options.cache_dir, options.check_first_run, dict(options.session_options))
 
 
 def ort_compiler(config):
@@ -88,13 +104,14 @@ def ort_compiler(config):
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     description = "forward and backward graphs exported to ONNX and run by ONNX Runtime sessions"
+    options_class = OrtOptions
 
     def check_available(self, args: TrainingArguments) -> None:
         for package in ("onnxruntime", "onnxscript", "onnx"):
             if not is_available(package):
                 raise BackendUnavailable(f"backend='onnxruntime' needs the '{package}' package: "
                                          "pip install 'turbotrain[onnx]'")
-        self.config = ort_config(args)
+        self.config = ort_config(self.options, args.device)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         model.compile(backend=ort_compiler(self.config))

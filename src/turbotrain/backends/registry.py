@@ -7,6 +7,7 @@ import torch
 from turbotrain.backends.base import Backend
 
 AUTO = "auto"
+AUTO_CANDIDATES = ("eager", "inductor")  # what "auto" may resolve to (see auto_backend)
 _BACKENDS: dict[str, type[Backend]] = {}
 
 
@@ -35,6 +36,12 @@ def auto_backend(device: torch.device) -> str:
     return "inductor" if torch.device(device).type == "cuda" else "eager"
 
 
+def options_class_for(name: str) -> list[type]:
+    """The options classes `backend_options` must fit for `name` ("auto": every backend it may pick)."""
+    names = AUTO_CANDIDATES if name == AUTO else (name,)
+    return [_BACKENDS[n].options_class for n in names if n in _BACKENDS]
+
+
 def resolve_backend_name(name: str, device: torch.device) -> str:
     if name == AUTO:
         return auto_backend(device)
@@ -43,7 +50,9 @@ def resolve_backend_name(name: str, device: torch.device) -> str:
     return name
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, options: dict | None = None) -> Backend:
+    """A new backend `name` with `options` (its `backend_options`) parsed into its typed options class."""
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend '{name}'; valid backends: {', '.join(valid_choices())}")
-    return _BACKENDS[name]()
+    cls = _BACKENDS[name]
+    return cls(cls.options_class.from_dict(options, name))

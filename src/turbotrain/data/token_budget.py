@@ -10,13 +10,25 @@ Not an exact rewrite: it changes which examples share a step (that is its purpos
 batches can differ by a few between epochs; Trainer sizes an epoch from the first one.
 
 It subclasses Transformers' `BatchRebalanceSampler` only to be handed to the DataLoader as a
-rank-aware `batch_sampler` (Trainer's documented route for per-rank variable-size batches).
+rank-aware `batch_sampler` (Trainer's documented route for per-rank variable-size batches). That class
+came in Transformers 5.17; on older releases `max_tokens_per_batch` is refused with that reason
+(`require_support`).
 """
 
 from __future__ import annotations
 
 import torch
-from transformers.trainer_pt_utils import BatchRebalanceSampler
+from transformers import trainer_pt_utils
+
+MINIMUM_TRANSFORMERS = "5.17"
+BatchRebalanceSampler = getattr(trainer_pt_utils, "BatchRebalanceSampler", object)
+
+
+def require_support() -> None:
+    """Raise a clear error where Trainer cannot take a per-rank batch sampler (Transformers < 5.17)."""
+    if BatchRebalanceSampler is object:
+        raise ValueError(f"max_tokens_per_batch needs transformers>={MINIMUM_TRANSFORMERS} (its "
+                         "BatchRebalanceSampler); upgrade transformers or leave max_tokens_per_batch unset")
 
 
 def example_lengths(dataset, key: str = "input_ids") -> list[int]:
@@ -46,6 +58,7 @@ def plan_batches(order: list[int], lengths: list[int], max_tokens: int) -> list[
 class TokenBudgetBatchSampler(BatchRebalanceSampler):
     def __init__(self, lengths: list[int], max_tokens: int, seed: int = 0, shuffle: bool = True,
                  rank: int = 0, world_size: int = 1):
+        require_support()
         if max_tokens < 1:
             raise ValueError(f"max_tokens_per_batch must be positive, got {max_tokens}")
         if not lengths:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
+from turbotrain import modeling
+
 INPUT_NAMES = ("input_ids", "attention_mask")
 DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"}}
 
@@ -32,22 +34,16 @@ TASKS = {
         Task("token-classification", {0: "batch", 1: "sequence"}, True),
     )
 }
-_BY_SUFFIX = [
-    (suffix, TASKS[name])
-    for suffix, name in (("ForMaskedLM", "masked-lm"), ("ForCausalLM", "causal-lm"), ("LMHeadModel", "causal-lm"),
-                         ("ForSequenceClassification", "sequence-classification"),
-                         ("ForTokenClassification", "token-classification"))
-]
 
 
 def task_of(model: torch.nn.Module) -> Task:
-    """The task of a Transformers model, from its class (e.g. RobertaForMaskedLM -> masked-lm)."""
-    for klass in type(model).__mro__:
-        for suffix, task in _BY_SUFFIX:
-            if klass.__name__.endswith(suffix):
-                return task
-    known = ", ".join(sorted({t.name for _, t in _BY_SUFFIX}))
-    raise ValueError(f"cannot export {type(model).__name__}: turbotrain exports these tasks: {known}")
+    """The exported task of a Transformers model (`turbotrain.modeling.task_of`, e.g. RobertaForMaskedLM -> masked-lm)."""
+    task = modeling.task_of(model)
+    if task not in TASKS:
+        known = ", ".join(sorted(TASKS))
+        raise ValueError(f"cannot export {type(model).__name__} (task {task or 'unknown'}): turbotrain exports these "
+                         f"tasks: {known}")
+    return TASKS[task]
 
 
 def model_kwargs(model: torch.nn.Module) -> dict:
@@ -70,11 +66,6 @@ class LogitsModule(torch.nn.Module):
         return self.model(**dict(zip(INPUT_NAMES, inputs)), **self.kwargs)[0]
 
 
-def vocab_size(model: torch.nn.Module) -> int:
-    embeddings = model.get_input_embeddings()
-    return embeddings.num_embeddings
-
-
 def max_positions(model: torch.nn.Module) -> int:
     """The longest sequence the model's position table allows (RoBERTa reserves padding_idx + 1)."""
     config = model.config
@@ -87,7 +78,7 @@ def max_positions(model: torch.nn.Module) -> int:
 def sample_inputs(model: torch.nn.Module, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
     """Random token ids (no special tokens) and a right-padded attention mask (row 0 keeps every token)."""
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(3, vocab_size(model), (batch, length), generator=generator)
+    input_ids = torch.randint(3, modeling.vocab_size(model), (batch, length), generator=generator)
     lengths = torch.randint(1, length + 1, (batch,), generator=generator)
     lengths[0] = length
     attention_mask = (torch.arange(length)[None, :] < lengths[:, None]).long()

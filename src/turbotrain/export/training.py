@@ -30,8 +30,8 @@ from turbotrain.export.tasks import (
     model_kwargs,
     sample_inputs,
     task_of,
-    vocab_size,
 )
+from turbotrain.modeling import num_classes, vocab_size
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
 from turbotrain.utils.imports import require
@@ -72,16 +72,10 @@ def _label_spec(model: torch.nn.Module) -> tuple[dict[int, str], torch.dtype]:
     return (dict(task.logits_axes) if task.labels_per_token else {0: "batch"}), torch.long
 
 
-def label_classes(model: torch.nn.Module) -> int:
-    """How many values a label takes: the vocabulary for language models, the classes otherwise."""
-    task = task_of(model)
-    return vocab_size(model) if task.name.endswith("-lm") else int(model.config.num_labels)
-
-
 def _sample_batch(model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
     input_ids, attention_mask = sample_inputs(model, batch=2, length=16)
     axes, dtype = _label_spec(model)
-    labels = torch.randint(0, label_classes(model), tuple(input_ids.shape[: len(axes)]), dtype=dtype,
+    labels = torch.randint(0, num_classes(model), tuple(input_ids.shape[: len(axes)]), dtype=dtype,
                            generator=torch.Generator().manual_seed(1))
     return input_ids, attention_mask, labels
 
@@ -133,9 +127,9 @@ def _export_graph(fn, steps: _StepFunctions, params, batch, output_names, path: 
 
 def _weight_decay(model: torch.nn.Module, trainable: list[str], weight_decay: float) -> dict[str, float]:
     """Trainer's rule: no decay for biases and normalization weights."""
-    from transformers import Trainer
+    from turbotrain.hf_boundary import decay_parameter_names
 
-    decayed = set(Trainer.get_decay_parameter_names(None, model))
+    decayed = set(decay_parameter_names(model))
     return {n: (weight_decay if n in decayed else 0.0) for n in trainable}
 
 
@@ -199,6 +193,6 @@ def export_training_artifacts(model: torch.nn.Module, out_dir: str | Path, train
                                {n: list(p.shape) for n, p in zip(names, params)}, spec,
                                "model" if loss == "model" else getattr(loss, "__name__", "custom"), _versions(),
                                limits={"vocab_size": vocab_size(model), "max_positions": max_positions(model),
-                                       "label_classes": label_classes(model)})
+                                       "label_classes": num_classes(model)})
     manifest.save(out)
     return TrainingArtifacts(out, manifest)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-IGNORE_INDEX = -100  # the label Transformers' losses skip
-
 
 class HookedPass:
     """Base of the passes that work through module hooks; subclasses append to `self._handles`."""

@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
-from turbotrain.passes.installed import IGNORE_INDEX, HookedPass
+from turbotrain.modeling import IGNORE_INDEX, is_causal_lm, is_language_model, synthetic_batch
+from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
@@ -55,22 +55,6 @@ class HeadLocation:
     module: nn.Module
     name: str
     causal: bool
-
-
-def in_auto_mapping(model: nn.Module, mapping) -> bool:
-    """True if the model's class, or a class it derives from (a user's subclass), is in an auto mapping."""
-    names = set(mapping.values())
-    return any(cls.__name__ in names for cls in type(model).__mro__)
-
-
-def is_causal_lm(model: nn.Module) -> bool:
-    """Decide the label shift as `transformers.Trainer` does, by the causal-LM auto mapping (subclasses too)."""
-    return in_auto_mapping(model, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
-
-
-def is_language_model(model: nn.Module) -> bool:
-    """Masked or causal LM by Transformers' auto mappings: a model that label sparsity is meant for."""
-    return is_causal_lm(model) or in_auto_mapping(model, MODEL_FOR_MASKED_LM_MAPPING_NAMES)
 
 
 def _has_active_dropout(module: nn.Module) -> bool:
@@ -203,21 +187,9 @@ class LabelSparsity(HookedPass):
         return None
 
 
-def _synthetic_batch(model: nn.Module, vocab_size: int) -> dict[str, torch.Tensor]:
-    """A small deterministic batch (2 x 9) with half the labels ignored, made with a private RNG."""
-    generator = torch.Generator().manual_seed(1234)
-    input_ids = torch.randint(4, max(vocab_size, 5), (2, 9), generator=generator)
-    labels = input_ids.clone()
-    labels[:, ::2] = IGNORE_INDEX
-    device = next(model.parameters()).device
-    return {"input_ids": input_ids.to(device), "labels": labels.to(device)}
-
-
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
-    output = model.get_output_embeddings()
-    vocab_size = getattr(output, "out_features", None) or model.config.vocab_size
-    batch = _synthetic_batch(model, vocab_size)
+    batch = synthetic_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
 
     def sparse():
         with installed.forced():

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.passes.installed import IGNORE_INDEX
+from turbotrain.modeling import IGNORE_INDEX
 from turbotrain.utils.warnings import warn_once
 
 SEQUENCE_STARTS = "turbotrain_sequence_starts"

@@ -21,29 +21,24 @@ Refused (one warning, the model trains padded): decoder sequence classification 
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
 choice: their labels are positions in the padded row), attention implementations that take no
 4-D mask (flash-attention), and any model whose self-check (padded vs packed loss on a small
-synthetic batch of uneven lengths, with labels the task's own: token ids for LMs, classes for
-classification) disagrees. Token classification keeps every label where it is (no shift), even on a
-decoder: only causal LMs lose each sequence's first label, which their shifted loss never reads.
+synthetic batch of uneven lengths) disagrees.
+
+Only causal LMs lose each sequence's first label in the packed rows (their shifted loss never reads
+it); token classification keeps every label where it is, on decoders (GPT-2, Llama) too.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from transformers.models.auto.modeling_auto import (
-    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
-    MODEL_FOR_MASKED_LM_MAPPING_NAMES,
-    MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES,
-    MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES,
-)
 
+from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.label_sparsity import in_auto_mapping, is_causal_lm
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
-PER_TOKEN_TASKS = (MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
+PER_TOKEN_TASKS = (modeling.MASKED_LM, modeling.CAUSAL_LM, modeling.TOKEN_CLASSIFICATION)
 MASKED_ATTENTION = {"sdpa", "eager"}
 
 
@@ -62,35 +57,16 @@ class PackingCollator:
 
 
 def _task(model: nn.Module) -> str | None:
-    if in_auto_mapping(model, MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES):
+    task = modeling.task_of(model)
+    if task == modeling.SEQUENCE_CLASSIFICATION:
         return "sequence_classification"
-    if in_auto_mapping(model, MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES):
-        return "token_classification"  # per token, labels are classes and are not shifted
-    if any(in_auto_mapping(model, mapping) for mapping in PER_TOKEN_TASKS):
-        return "per_token"
-    return None
-
-
-def _position_offset(model: nn.Module) -> int:
-    """RoBERTa-style embeddings count positions from padding_idx + 1; others from 0."""
-    embeddings = getattr(getattr(model, "base_model", model), "embeddings", None)
-    if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
-        return int(embeddings.padding_idx) + 1
-    return 0
-
-
-def has_causal_attention(model: nn.Module) -> bool:
-    """True when the model's attention layers are causal (their `is_causal` flag), whatever its head."""
-    flags = [m.is_causal for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)]
-    return any(flags) or bool(getattr(model.config, "is_decoder", False)) or is_causal_lm(model)
+    return "per_token" if task in PER_TOKEN_TASKS else None
 
 
 def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
-    config = model.config
-    causal = has_causal_attention(model)
-    pad = config.pad_token_id if getattr(config, "pad_token_id", None) is not None else 0
-    return PackingSpec(causal=causal, pad_token_id=int(pad), position_offset=_position_offset(model),
-                       multiple_of=multiple_of, shifted_labels=is_causal_lm(model))
+    return PackingSpec(causal=modeling.has_causal_attention(model), pad_token_id=modeling.pad_token_id(model),
+                       position_offset=modeling.position_offset(model), multiple_of=multiple_of,
+                       shifted_labels=modeling.is_causal_lm(model))  # a decoder's token classifier: no shift
 
 
 class PaddingFree(HookedPass):
@@ -136,7 +112,7 @@ class PaddingFree(HookedPass):
         self._starts = kwargs[SEQUENCE_STARTS]
         kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
         mask = kwargs.get("attention_mask")
-        if mask is not None and mask.dim() == 4 and module.config._attn_implementation == "eager":
+        if mask is not None and mask.dim() == 4 and hf_boundary.attention_implementation(module.config) == "eager":
             dtype = next(module.parameters()).dtype
             kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(dtype).min)
@@ -146,32 +122,10 @@ class PaddingFree(HookedPass):
         self._starts = None
 
 
-def _synthetic_padded_batch(model: nn.Module, task: str, causal: bool) -> dict:
-    """Three sequences of lengths 6, 2 and 9, right-padded, with labels, from a private RNG."""
-    generator = torch.Generator().manual_seed(4321)
-    lengths = torch.tensor([6, 2, 9])
-    vocab = model.config.vocab_size
-    input_ids = torch.randint(4, max(vocab, 5), (3, 9), generator=generator)
-    attention_mask = (torch.arange(9)[None, :] < lengths[:, None]).long()
-    input_ids[attention_mask == 0] = packing_spec(model).pad_token_id
-    classes = max(model.config.num_labels, 1)
-    if task == "sequence_classification":
-        labels = torch.randint(0, classes, (3,), generator=generator)
-    elif task == "token_classification":  # classes, not token ids: a head with fewer labels than tokens
-        labels = torch.randint(0, classes, (3, 9), generator=generator).masked_fill(attention_mask == 0, -100)
-    else:
-        labels = input_ids.clone()
-        labels[attention_mask == 0] = -100
-        if not causal:
-            labels[:, ::3] = -100
-    device = next(model.parameters()).device
-    return {k: v.to(device) for k, v in
-            {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}.items()}
-
-
 def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | None:
     """Padded vs packed loss on a small uneven batch; a description of the mismatch, or None."""
-    padded = _synthetic_padded_batch(model, task, installed.spec.causal)
+    # three sequences of lengths 6, 2 and 9, right-padded; labels fit the task (class ids for classifiers)
+    padded = modeling.synthetic_batch(model, [6, 2, 9], seed=4321, ignore_every=0 if installed.spec.causal else 3)
     packed = pack_batch({k: v.cpu() for k, v in padded.items()}, installed.spec)
     device = next(model.parameters()).device
     packed = {k: v.to(device) for k, v in packed.items()}
@@ -183,7 +137,7 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
         return "its task is not masked-LM, causal-LM, token or sequence classification"
     if task == "sequence_classification" and spec.causal:
         return "decoder sequence classification pools the last non-pad token of each padded row"
-    implementation = getattr(model.config, "_attn_implementation", None)
+    implementation = hf_boundary.attention_implementation(model.config)
     if implementation not in MASKED_ATTENTION:
         return f"its attention implementation '{implementation}' takes no 4-D mask (use 'sdpa')"
     return None

@@ -20,7 +20,7 @@ def xla_trainer(tmp_path, trainer_class=TurboTrainer, **overrides):
 
 def test_options_are_validated():
     assert XlaOptions.from_dict({"length_buckets": [64, 32]}).length_buckets == (32, 64)
-    with pytest.raises(ValueError, match="unknown xla backend options"):
+    with pytest.raises(ValueError, match="unknown backend_options"):
         XlaOptions.from_dict({"num_device": 2})
     with pytest.raises(ValueError, match="matmul_precision"):
         XlaOptions.from_dict({"matmul_precision": "bf16"})
@@ -35,7 +35,8 @@ def test_missing_packages_name_the_extra(monkeypatch, tmp_path):
 @requires_xla
 def test_shape_changing_and_autograd_passes_are_turned_off(tmp_path):
     trainer = xla_trainer(tmp_path)
-    assert not trainer.args.padding_free and not trainer.args.embedding_grad
+    assert not trainer.turbo_options.padding_free and not trainer.turbo_options.embedding_grad
+    assert trainer.args.padding_free and trainer.args.embedding_grad  # the user's arguments are left as given
     assert trainer.turbo_report.label_sparsity is not None
 
 

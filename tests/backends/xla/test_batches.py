@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import make, padded_batch
 from turbotrain.backends.xla.batches import (
     KEPT,
@@ -34,13 +35,6 @@ def test_kept_rows_pad_to_a_multiple_of_an_eighth_of_the_batch_and_of_the_device
     assert layout(global_rows=3, data_parallel=4).kept_row_count(1, 16) % 4 == 0
 
 
-def loss_and_grads(model, batch):
-    model.zero_grad()
-    loss = model(**batch).loss
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-
-
 @pytest.mark.parametrize("family", ["roberta", "gpt2"])
 def test_padding_rows_and_length_keeps_loss_and_gradients(family):
     model = make(family, dropout=False).train()
@@ -49,10 +43,7 @@ def test_padding_rows_and_length_keeps_loss_and_gradients(family):
     expected_loss, expected_grads = loss_and_grads(model, batch)
     padded = pad_batch(batch, layout(pad_token_id=pad), length=16)
     assert padded["input_ids"].shape == (8, 16) and padded["labels"][3:].eq(-100).all()
-    loss, grads = loss_and_grads(model, padded)
-    torch.testing.assert_close(loss, expected_loss, rtol=1e-6, atol=1e-6)
-    for name, grad in expected_grads.items():
-        torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6, msg=name)
+    assert_same((expected_loss, expected_grads), loss_and_grads(model, padded))
 
 
 @pytest.mark.parametrize("family", ["roberta", "gpt2"])

@@ -11,7 +11,7 @@ the trained weights), checkpoints and `save_pretrained` output.
 
 Options (`TurboTrainingArguments(backend="xla", backend_options={...})`, see options.py):
 num_devices, length_buckets, label_row_buckets, matmul_precision.
-Not used with xla (turned off with a log line): padding_free (packed batches change shape every step)
+Not used with xla (`turns_off`; the trainer turns them off with a log line): padding_free (packed batches change shape every step)
 and embedding_grad (a torch autograd hook). Refused with an error: fp16/bf16, optimizers other than
 AdamW, a custom compute_loss / compute_loss_func / label smoothing, auto_find_batch_size, Trainer
 subclasses that override training_step or compute_loss.
@@ -23,16 +23,14 @@ torchax_compat.py.
 
 from __future__ import annotations
 
-import logging
-
 from transformers import TrainingArguments
 
 from turbotrain.backends.base import Backend, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.backends.xla.options import XlaOptions
+from turbotrain.hf_boundary import missing_loop_parts
 from turbotrain.utils.imports import is_available
 
-logger = logging.getLogger("turbotrain")
 PACKAGES = ("jax", "torchax", "optax")
 NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook"}
 
@@ -42,7 +40,11 @@ class XlaBackend(Backend):
     name = "xla"
     description = "XLA via torchax + jax.jit (TPU, GPU, CPU), each batch spread over all local devices"
 
-    def __init__(self):
+    options_class = XlaOptions
+    turns_off = NOT_USED
+
+    def __init__(self, options: XlaOptions | None = None):
+        super().__init__(options)
         self.run = None
 
     def check_available(self, args: TrainingArguments) -> None:
@@ -50,18 +52,15 @@ class XlaBackend(Backend):
         if missing:
             raise BackendUnavailable(f"backend 'xla' needs {', '.join(missing)}, not installed. "
                                      "Install them with: pip install 'turbotrain[xla]'")
-        XlaOptions.from_dict(getattr(args, "backend_options", None))
-
-    def configure(self, args: TrainingArguments) -> None:
-        for name, reason in NOT_USED.items():
-            if getattr(args, name, False):
-                logger.info("turbotrain xla: %s is not used with this backend (%s)", name, reason)
-                setattr(args, name, False)
+        missing_parts = missing_loop_parts()
+        if missing_parts:
+            raise BackendUnavailable(f"backend 'xla' reuses parts of Trainer's loop that this Transformers release "
+                                     f"lacks ({', '.join(missing_parts)}); upgrade transformers")
 
     def training_loop(self, trainer):
         from turbotrain.backends.xla.loop import XlaRun
 
-        self.run = XlaRun(trainer, XlaOptions.from_dict(getattr(trainer.args, "backend_options", None)))
+        self.run = XlaRun(trainer, self.options)
         return self.run.run
 
     def report(self) -> dict:

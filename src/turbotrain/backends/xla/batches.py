@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from turbotrain.backends.xla.state import host_array
-from turbotrain.passes.installed import IGNORE_INDEX
+from turbotrain.modeling import IGNORE_INDEX
 from turbotrain.passes.label_sparsity import kept_rows, shifted_targets
 
 ROWS = "turbotrain_rows"

@@ -1,12 +1,11 @@
 """The xla backend's training loop: Trainer's own parts around one compiled step.
 
 Trainer's loop is built on torch tensors and `loss.backward()`, so the xla backend replaces only
-`Trainer._inner_training_loop` and reuses the rest of Trainer: the dataloader (`get_train_dataloader`,
+Trainer's inner training loop and reuses the rest of Trainer: the dataloader (`get_train_dataloader`,
 sampler, collator), the step and epoch arithmetic (`set_initial_training_values`), the state and resume
-(`_init_training_state`, `_prepare_for_training`: torch optimizer + Trainer's LR scheduler, loaded
-from a checkpoint on resume), the batch counting (`get_batch_samples` -> `num_items_in_batch`),
-callbacks, logging, evaluation and checkpointing (`_maybe_log_save_evaluate`), and the end of training
-(`_finalize_training`).
+(torch optimizer + Trainer's LR scheduler, loaded from a checkpoint on resume), the batch counting
+(`get_batch_samples` -> `num_items_in_batch`), callbacks, logging, evaluation and checkpointing, and the
+end of training. Trainer's private parts are reached through `turbotrain.hf_boundary` only.
 
 What differs from Trainer's loop:
 * batch size: `per_device_train_batch_size` is per jax device, so one batch is that times the mesh's
@@ -26,11 +25,11 @@ import time
 import warnings
 
 import jax
-import torch
 from transformers import Trainer
 from transformers.trainer_pt_utils import get_model_param_count
 from transformers.trainer_utils import TrainOutput
 
+from turbotrain import hf_boundary
 from turbotrain.backends.xla.batches import BatchLayout, step_arrays
 from turbotrain.backends.xla.mesh import (
     data_parallel_mesh,
@@ -88,7 +87,7 @@ class XlaRun:
         report = self.trainer.turbo_report
         sparsity = report.label_sparsity if report is not None else None
         pad = getattr(model.config, "pad_token_id", None)
-        return BatchLayout(global_rows=self.trainer._train_batch_size, data_parallel=data_parallel_size(self.mesh),
+        return BatchLayout(global_rows=hf_boundary.train_batch_size(self.trainer), data_parallel=data_parallel_size(self.mesh),
                            pad_token_id=pad if pad is not None else 0, length_buckets=self.options.length_buckets,
                            label_row_buckets=self.options.label_row_buckets,
                            sparsity_causal=sparsity.head.causal if sparsity is not None else None)
@@ -127,41 +126,37 @@ class XlaRun:
 
     def _flush_loss(self) -> None:
         if self.pending_loss is not None:
-            self.trainer._tr_loss += float(self.pending_loss)
+            hf_boundary.add_to_running_loss(self.trainer, float(self.pending_loss))
             self.pending_loss = None
 
     def run(self, batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval) -> TrainOutput:
         trainer = self.trainer
-        trainer._train_batch_size = args.per_device_train_batch_size * data_parallel_size(self.mesh)
+        hf_boundary.set_train_batch_size(trainer, args.per_device_train_batch_size * data_parallel_size(self.mesh))
         dataloader = trainer.get_train_dataloader()
         (num_train_epochs, num_update_steps_per_epoch, _examples, num_train_samples, _total_batch, steps_in_epoch,
          max_steps) = trainer.set_initial_training_values(args, dataloader)
-        epochs_trained, skip_batches = trainer._init_training_state(
-            max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
-        model, dataloader = trainer._prepare_for_training(max_steps, dataloader, resume_from_checkpoint)
+        epochs_trained, skip_batches = hf_boundary.init_training_state(
+            trainer, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+        model, dataloader = hf_boundary.prepare_for_training(trainer, max_steps, dataloader, resume_from_checkpoint)
         model.train()
         step = self.step = self._build_step(trainer.model)
         layout = self._layout(trainer.model)
         logger.info("turbotrain xla: %d steps, batch %d over %d device(s) %s, %d trainable parameters", max_steps,
-                    trainer._train_batch_size, layout.data_parallel, [d.platform for d in self.mesh.devices.flat][:1],
+                    hf_boundary.train_batch_size(trainer), layout.data_parallel, [d.platform for d in self.mesh.devices.flat][:1],
                     get_model_param_count(trainer.model, trainable_only=True))
         start_time = time.time()
-        trainer._initial_num_input_tokens_seen = trainer.state.num_input_tokens_seen
-        trainer._initial_global_step = trainer.state.global_step
-        trainer._tr_loss = torch.tensor(0.0)
-        trainer._total_loss_scalar = 0.0
-        trainer._globalstep_last_logged = trainer.state.global_step
+        hf_boundary.start_loss_tracking(trainer)
         key = jax.random.key(args.seed)
         trainer.control = trainer.callback_handler.on_train_begin(args, trainer.state, trainer.control)
         for epoch in range(epochs_trained, num_train_epochs):
-            self._run_epoch(step, layout, key, dataloader, epoch, steps_in_epoch,
+            self._train_epoch(step, layout, key, dataloader, epoch, steps_in_epoch,
                             skip_batches if epoch == epochs_trained and resume_from_checkpoint else 0,
                             trial, ignore_keys_for_eval, start_time)
             if trainer.control.should_training_stop:
                 break
         self._flush_loss()
         self.write_back()
-        return trainer._finalize_training(trial, num_train_samples, start_time)
+        return hf_boundary.finalize_training(trainer, trial, num_train_samples, start_time)
 
     def _batches(self, dataloader, epoch: int, skip: int):
         from accelerate import skip_first_batches
@@ -170,7 +165,7 @@ class XlaRun:
             dataloader.set_epoch(epoch)
         return iter(skip_first_batches(dataloader, skip) if skip else dataloader)
 
-    def _run_epoch(self, step, layout, key, dataloader, epoch, steps_in_epoch, skip, trial, ignore_keys, start_time):
+    def _train_epoch(self, step, layout, key, dataloader, epoch, steps_in_epoch, skip, trial, ignore_keys, start_time):
         trainer, args = self.trainer, self.trainer.args
         control = trainer.control = trainer.callback_handler.on_epoch_begin(args, trainer.state, trainer.control)
         batches = self._batches(dataloader, epoch, skip)
@@ -181,14 +176,14 @@ class XlaRun:
             if not micro_batches:
                 break
             control = trainer.control = trainer.callback_handler.on_step_begin(args, trainer.state, control)
-            learning_rate = trainer._get_learning_rate()
+            learning_rate = hf_boundary.learning_rate(trainer)
             step_key = jax.random.fold_in(key, trainer.state.global_step)
             self.state, loss, grad_norm = step(self.state, self.frozen, step_arrays(micro_batches, layout), num_items,
                                                learning_rate, step_key)
             self.pending_loss = loss if self.pending_loss is None else self.pending_loss + loss
             for micro in micro_batches:
                 trainer.current_flos += float(trainer.floating_point_ops(micro))
-                trainer._track_num_input_tokens(micro)
+                hf_boundary.track_input_tokens(trainer, micro)
             with warnings.catch_warnings():  # the AdamW step ran in jax, not in the torch optimizer
                 warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler.step\(\)`")
                 trainer.lr_scheduler.step()
@@ -209,5 +204,4 @@ class XlaRun:
         if control.should_evaluate or control.should_save:
             self.write_back()
         norm = float(grad_norm) if (control.should_log and grad_norm is not None) else None
-        trainer._maybe_log_save_evaluate(trainer._tr_loss, norm, trainer.model, trial, epoch, ignore_keys, start_time,
-                                         learning_rate=learning_rate)
+        hf_boundary.log_save_evaluate(trainer, norm, trial, epoch, ignore_keys, start_time, learning_rate)

@@ -11,30 +11,26 @@ matmul_precision   jax's default matmul precision inside the step: "highest" (de
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import Any
+
+from turbotrain.backends.base import BackendOptions
 
 MATMUL_PRECISIONS = ("highest", "high", "default")
 
 
 @dataclass(frozen=True)
-class XlaOptions:
+class XlaOptions(BackendOptions):
     num_devices: int | None = None
     length_buckets: tuple[int, ...] | None = None
     label_row_buckets: int = 8
     matmul_precision: str = "highest"
 
     @classmethod
-    def from_dict(cls, options: dict | None) -> XlaOptions:
-        options = dict(options or {})
-        names = {f.name for f in fields(cls)}
-        unknown = set(options) - names
-        if unknown:
-            raise ValueError(f"unknown xla backend options {sorted(unknown)}; valid: {sorted(names)}")
+    def normalize(cls, options: dict[str, Any]) -> dict[str, Any]:
         if options.get("length_buckets") is not None:
             options["length_buckets"] = tuple(sorted(int(n) for n in options["length_buckets"]))
-        parsed = cls(**options)
-        parsed.validate()
-        return parsed
+        return options
 
     def validate(self) -> None:
         if self.matmul_precision not in MATMUL_PRECISIONS:
