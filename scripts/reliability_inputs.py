@@ -211,14 +211,18 @@ def _unknown_backend_option(scratch: Path):
                                                 backend_options={"providerz": ["CPU"]}), "providerz")
 
 
-def _token_classification_packs(scratch: Path):
-    from tests import tiny_models
+def _token_classification_packs(family: str):
+    def run(scratch: Path):
+        import warnings
 
-    from turbotrain import optimize
+        from tests import tiny_models
 
-    with __import__("warnings").catch_warnings(record=True):
-        report = optimize(tiny_models.make("bert", task="tok"), label_sparsity=False)
-    return (RIGHT, "padding-free applied") if report.padding_free is not None else (WRONG, "stayed padded")
+        from turbotrain import optimize
+
+        with warnings.catch_warnings(record=True):
+            report = optimize(tiny_models.make(family, task="tok"), label_sparsity=False)
+        return (RIGHT, "padding-free applied") if report.padding_free is not None else (WRONG, "stayed padded")
+    return run
 
 
 def args_probes() -> list[Probe]:
@@ -230,5 +234,6 @@ def args_probes() -> list[Probe]:
     probes = [Probe("args", name, CLEAR, _args(**kwargs)) for name, kwargs in values.items()]
     probes.append(Probe("args", "unknown backend_options key for eager (issue 12, the lead's)", CLEAR,
                         _unknown_backend_option))
-    probes.append(Probe("passes", "padding-free on token classification", RIGHT, _token_classification_packs))
+    probes += [Probe("passes", f"padding-free on {family} token classification", RIGHT,
+                     _token_classification_packs(family)) for family in ("bert", "gpt2")]
     return probes
