@@ -1,0 +1,78 @@
+"""Rank main-job configurations at an equal wall-clock training budget (the sweep behind the defaults).
+
+Each config first runs a short probe to measure seconds per step, then trains `budget / step_time`
+steps (linear decay to that step, so every config finishes its schedule) and reports held-out loss and
+masked top-1/top-5 against the unigram baseline. Usage (from the repository root):
+
+    flock /tmp/turbotrain-cpu.lock python benchmarks/scripts/pretrain_sweep.py --budget 150 --configs A B C
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+
+from turbotrain.pretrain.callbacks import HeldOutCurve
+from turbotrain.pretrain.config import PretrainConfig
+from turbotrain.pretrain.setup import make_trainer, prepare
+
+BASE = dict(progress=False, plot=False, logging_steps=10**6, save_steps=10**6)
+CONFIGS = {
+    "A": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "B": dict(hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
+    "C": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
+    "D": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=4000, learning_rate=1e-3),
+    "E": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3,
+              dropout=0.0),
+    "F": dict(hidden_size=384, num_layers=4, num_heads=6, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "G": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=16, vocab_size=8000, learning_rate=1e-3),
+    "H": dict(hidden_size=256, num_layers=6, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "I": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=64, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+}
+
+
+def step_seconds(cfg: PretrainConfig, prepared, steps: int = 12) -> float:
+    cfg = replace(cfg, max_steps=steps, warmup_steps=0)
+    times = []
+    from transformers import TrainerCallback
+
+    class Clock(TrainerCallback):
+        def on_step_end(self, *a, **k):
+            times.append(time.perf_counter())
+
+    make_trainer(cfg, prepared, "/tmp/sweep-probe", [Clock()]).train()
+    return (times[-1] - times[2]) / (len(times) - 3)
+
+
+def run(name: str, budget: float) -> dict:
+    cfg = PretrainConfig(**BASE, **CONFIGS[name])
+    prepared = prepare(cfg)
+    per_step = step_seconds(cfg, prepared)
+    steps = max(20, int(budget / per_step))
+    cfg = replace(cfg, max_steps=steps, warmup_steps=max(1, steps // 20))
+    curve = HeldOutCurve(prepared.data.eval_batches, every=steps)
+    make_trainer(cfg, prepared, f"/tmp/sweep-{name}", [curve]).train()
+    last = curve.curves.last
+    return dict(config=name, **CONFIGS[name], steps=steps, s_per_step=round(per_step, 3),
+                train_s=round(curve.curves.held_out[-1].seconds, 1), held_out_loss=round(last.loss, 3),
+                top1=round(last.top1, 4), top5=round(last.top5, 4), unigram_top1=round(prepared.data.unigram_top1, 4),
+                unigram_top5=round(prepared.data.unigram_top5, 4))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--budget", type=float, default=150)
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--out", default="/tmp/sweep.jsonl")
+    ns = parser.parse_args()
+    for name in ns.configs:
+        row = run(name, ns.budget)
+        print(json.dumps(row), flush=True)
+        with open(ns.out, "a") as handle:
+            handle.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""`PretrainConfig`: the main job's options, checked up front (one clear line per bad value).
+
+Defaults were chosen by measurement on a 2-core CPU (benchmarks/2026-12-01-cpu-pretrain-sweep.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from turbotrain.models import ModelShape
+
+MIN_SEQ_LEN = 16  # shorter cannot hold a sentence with a masked word (the fill-mask examples need ~12-40)
+
+
+@dataclass
+class PretrainConfig(ModelShape):
+    output_dir: str = "out/pretrain"
+    files: list[str] = field(default_factory=list)
+    max_steps: int = 300
+    learning_rate: float = 1e-3
+    warmup_steps: int = 30
+    lr_scheduler: str = "linear"
+    dropout: float = 0.1
+    logging_steps: int = 25
+    eval_steps: int = 100
+    save_steps: int = 200
+    backend: str = "auto"
+    label_sparsity: bool = True
+    progress: bool = True
+    export_onnx: bool = False
+    resume: bool = False
+    compare: bool = False
+    plot: bool = True
+
+    def __post_init__(self):
+        check_config(self)
+
+
+def _positive(name: str, value, flag: str) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{flag} must be a positive whole number, got {value}")
+
+
+def check_config(cfg: PretrainConfig) -> None:
+    """Raise ValueError naming the flag and the fix for the first bad option."""
+    for name, flag in (("max_steps", "--steps"), ("num_heads", "--heads"), ("hidden_size", "--hidden-size"),
+                       ("num_layers", "--layers"), ("batch_size", "--batch-size"), ("logging_steps", "--logging-steps"),
+                       ("eval_steps", "--eval-steps"), ("save_steps", "--save-steps")):
+        _positive(name, getattr(cfg, name), flag)
+    if cfg.seq_len < MIN_SEQ_LEN:
+        raise ValueError(f"--seq-len must be at least {MIN_SEQ_LEN} tokens, got {cfg.seq_len}")
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"--hidden-size ({cfg.hidden_size}) must be a multiple of --heads ({cfg.num_heads})")
+    if cfg.vocab_size < 300:
+        raise ValueError(f"--vocab-size must be at least 300 (256 bytes + special tokens), got {cfg.vocab_size}")
+    if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0):
+        raise ValueError(f"--lr must be a finite number above 0, got {cfg.learning_rate}")
+    if cfg.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be 0 or more, got {cfg.warmup_steps}")
+    if not 0 <= cfg.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.lr_scheduler not in ("linear", "cosine", "constant_with_warmup"):
+        raise ValueError(f"--lr-scheduler must be linear, cosine or constant_with_warmup, got {cfg.lr_scheduler}")
