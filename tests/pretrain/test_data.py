@@ -24,11 +24,12 @@ def tokenizer():
 
 def test_probe_rule_is_deterministic_and_masks_one_token_word(tokenizer):
     assert make_probe("x = f(y) + 1", tokenizer) is None and make_probe("Short one.", tokenizer) is None
-    probes = choose_probes(SENTENCES, tokenizer, count=10)
-    assert [p.text for p in probes] == [p.text for p in choose_probes(SENTENCES, tokenizer, count=10)]
+    probes = choose_probes(SENTENCES, tokenizer, 64, count=10)
+    assert [p.text for p in probes] == [p.text for p in choose_probes(SENTENCES, tokenizer, 64, count=10)]
     for probe in probes:
         assert probe.text.count("<mask>") == 1 and len(probe.word) >= 4
         assert len(tokenizer.encode(" " + probe.word, add_special_tokens=False)) == 1
+    assert choose_probes(SENTENCES, tokenizer, max_len=4) == []  # longer than the model's positions
     assert first_sentence("First one here.  Second\nline.") == "First one here."
 
 

@@ -106,7 +106,8 @@ def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stoc
 def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console) -> None:
     trainer.save_model(str(result.output_dir))
     prepared.tokenizer.save_pretrained(str(result.output_dir))
-    result.guesses = fill_mask(result.output_dir, choose_probes(prepared.data.held_out_paragraphs, prepared.tokenizer))
+    result.guesses = fill_mask(result.output_dir, choose_probes(prepared.data.held_out_paragraphs, prepared.tokenizer,
+                                                                      cfg.seq_len))
     if stock is not None:
         result.compare = time_to_quality(stock, result.curves)
         (result.output_dir / "compare.json").write_text(json.dumps(result.compare.as_dict(), indent=2))

@@ -2,7 +2,7 @@
 
 Rule (deterministic, never hand-picked): walk the held-out paragraphs in their held-out order; take
 each paragraph's first sentence if it is plain prose (capital first letter, letters, spaces, commas,
-hyphens and apostrophes only, ending in a full stop, 6-24 words); mask the word nearest the middle
+hyphens and apostrophes only, ending in a full stop, 6-24 words, at most `max_len` tokens: the model's positions); mask the word nearest the middle
 (not the first word) that has 4+ lowercase letters and is one token of the tokenizer; stop at `count`.
 The saved model is loaded in a stock `fill-mask` pipeline; each line shows its top guesses and the
 rank of the true word among all tokens (1 = its first guess).
@@ -40,9 +40,9 @@ def first_sentence(paragraph: str) -> str:
     return flat if end < 0 else flat[:end + 1]
 
 
-def make_probe(sentence: str, tokenizer: PreTrainedTokenizerBase) -> Probe | None:
+def make_probe(sentence: str, tokenizer: PreTrainedTokenizerBase, max_len: int = 512) -> Probe | None:
     words = sentence.split(" ")
-    if not _PROSE.match(sentence) or not 6 <= len(words) <= 24:
+    if not _PROSE.match(sentence) or not 6 <= len(words) <= 24 or len(tokenizer.encode(sentence)) > max_len:
         return None
     middle = len(words) / 2
     for i in sorted(range(1, len(words)), key=lambda j: (abs(j - middle), j)):
@@ -53,10 +53,11 @@ def make_probe(sentence: str, tokenizer: PreTrainedTokenizerBase) -> Probe | Non
     return None
 
 
-def choose_probes(paragraphs: list[str], tokenizer: PreTrainedTokenizerBase, count: int = 10) -> list[Probe]:
+def choose_probes(paragraphs: list[str], tokenizer: PreTrainedTokenizerBase, max_len: int,
+                  count: int = 10) -> list[Probe]:
     probes = []
     for paragraph in paragraphs:
-        probe = make_probe(first_sentence(paragraph), tokenizer)
+        probe = make_probe(first_sentence(paragraph), tokenizer, max_len)
         if probe is not None:
             probes.append(probe)
             if len(probes) == count:
