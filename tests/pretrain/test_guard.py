@@ -23,9 +23,11 @@ def test_second_run_into_the_same_directory_is_refused(tmp_path):
 
 def test_lock_held_by_another_process_is_refused_and_released_when_it_dies(tmp_path):
     out = tmp_path / "out"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from turbotrain.pretrain.guard import "
-                               f"OutputDirLock; l = OutputDirLock({str(out)!r}).__enter__(); print('held', flush=True); "
-                               "time.sleep(60)"], stdout=subprocess.PIPE, text=True, env=_env())
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time; f = open(os.path.join("
+                               f"{str(out)!r}, {LOCK_NAME!r}), 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+                               "f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError, match=rf"pid {holder.pid}"):
@@ -57,7 +59,3 @@ def test_read_only_existing_output_dir_is_refused(tmp_path, capsys):
     finally:
         out.chmod(0o755)
 
-
-def _env() -> dict:
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "src")
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(src), os.environ.get("PYTHONPATH", "")])}
