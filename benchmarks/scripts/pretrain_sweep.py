@@ -30,6 +30,8 @@ CONFIGS = {
     "F": dict(hidden_size=384, num_layers=4, num_heads=6, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
     "G": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=16, vocab_size=8000, learning_rate=1e-3),
     "H": dict(hidden_size=256, num_layers=6, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "B1": dict(hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "J": dict(hidden_size=192, num_layers=3, num_heads=3, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
     "I": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=64, batch_size=32, vocab_size=8000, learning_rate=1e-3),
 }
 
@@ -85,12 +87,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", type=float, default=150)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    parser.add_argument("--steps", type=int, default=0, help="equal steps (tokens) for every config instead of a wall budget")
     parser.add_argument("--out", default="/tmp/sweep.jsonl")
     ns = parser.parse_args()
-    per_step = probe_all(ns.configs)
+    per_step = probe_all(ns.configs, rounds=1)
     print(json.dumps({"probe_s_per_step": per_step}), flush=True)
-    for name in ns.configs:
-        row = run(name, ns.budget, per_step[name])
+    for name in ns.configs:  # a shared, overloaded CPU makes wall budgets meaningless: --steps gives equal steps
+        row = run(name, float(ns.steps) if ns.steps else ns.budget, 1.0 if ns.steps else per_step[name])
+        row["s_per_step"] = round(per_step[name], 3)
         print(json.dumps(row), flush=True)
         with open(ns.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
