@@ -1,11 +1,13 @@
 """Rank main-job configurations at an equal wall-clock training budget (the sweep behind the defaults).
 
-First every config runs short probes, interleaved (A B C ... A B C ...), to measure seconds per step
-(the fastest probe: the CPU may be shared); then each trains `budget / step_time` steps (linear decay to
+First every config runs a 12-step probe in turn (A B C ...; the first 3 steps untimed) to measure seconds
+per step; then each trains `budget / step_time` steps (linear decay to
 that step, so every config finishes its schedule) and reports held-out loss and masked top-1/top-5
-against the unigram baseline: an equal compute budget, whatever else runs on the machine meanwhile. Usage (from the repository root):
+against the unigram baseline. `--steps N` gives every config N steps instead. Usage (from the repository
+root; on a CPU other jobs share, one thread avoids OpenMP barrier stalls: see the benchmark file):
 
-    flock /tmp/turbotrain-cpu.lock python benchmarks/scripts/pretrain_sweep.py --budget 150 --configs A B C
+    OMP_NUM_THREADS=1 PYTHONPATH=src flock /tmp/turbotrain-cpu.lock \
+        python benchmarks/scripts/pretrain_sweep.py --budget 75 --configs A B C E J
 """
 
 from __future__ import annotations
