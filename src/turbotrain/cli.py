@@ -28,7 +28,7 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus")
     p.add_argument("--steps", type=int, default=d.max_steps, dest="max_steps")
     p.add_argument("--lr", type=float, default=d.learning_rate, dest="learning_rate")
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="default: 5%% of --steps")
     p.add_argument("--lr-scheduler", default=d.lr_scheduler, choices=["linear", "cosine", "constant_with_warmup"])
     p.add_argument("--dropout", type=float, default=d.dropout)
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)

@@ -26,7 +26,7 @@ class PretrainConfig(ModelShape):
     files: list[str] = field(default_factory=list)
     max_steps: int = 4000
     learning_rate: float = 2e-3
-    warmup_steps: int = 200
+    warmup_steps: int | None = None  # None: 5% of max_steps (200 of the default 4,000)
     lr_scheduler: str = "linear"
     dropout: float = 0.1
     logging_steps: int = 100
@@ -42,6 +42,10 @@ class PretrainConfig(ModelShape):
 
     def __post_init__(self):
         check_config(self)
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.max_steps // 20)
 
 
 def _positive(name: str, value, flag: str) -> None:
@@ -63,7 +67,7 @@ def check_config(cfg: PretrainConfig) -> None:
         raise ValueError(f"--vocab-size must be at least 300 (256 bytes + special tokens), got {cfg.vocab_size}")
     if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0):
         raise ValueError(f"--lr must be a finite number above 0, got {cfg.learning_rate}")
-    if cfg.warmup_steps < 0:
+    if cfg.warmup_steps is not None and cfg.warmup_steps < 0:
         raise ValueError(f"--warmup-steps must be 0 or more, got {cfg.warmup_steps}")
     if not 0 <= cfg.dropout < 1:
         raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")

@@ -37,7 +37,7 @@ def initial_model(cfg: PretrainConfig, vocab_size: int) -> RobertaForMaskedLM:
 def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False) -> TrainingArguments:
     common = dict(
         output_dir=output_dir, per_device_train_batch_size=cfg.batch_size, max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup_steps, lr_scheduler_type=cfg.lr_scheduler,
+        learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup, lr_scheduler_type=cfg.lr_scheduler,
         weight_decay=0.01, adam_beta2=0.98, logging_steps=cfg.logging_steps, eval_strategy="no",
         save_strategy="no" if stock else "steps", save_steps=cfg.save_steps, save_total_limit=2,
         report_to="none", seed=cfg.seed, dataloader_num_workers=0, dataloader_pin_memory=False,

@@ -16,7 +16,7 @@ def print_data(console: Console, cfg, prepared) -> None:
                   f"({data.eval_masked_tokens:,} masked tokens, fixed masks)")
     console.print(f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.max_steps} steps "
                   f"of {cfg.batch_size} paragraphs, lr {cfg.learning_rate:g} ({cfg.lr_scheduler}, "
-                  f"{cfg.warmup_steps} warm-up)")
+                  f"{cfg.warmup} warm-up)")
 
 
 def print_summary(console: Console, result) -> None:
