@@ -28,8 +28,16 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus")
     p.add_argument("--steps", type=int, default=d.max_steps, dest="max_steps")
     p.add_argument("--lr", type=float, default=d.learning_rate, dest="learning_rate")
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
+    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="default: 5%% of --steps")
+    p.add_argument("--lr-scheduler", default=d.lr_scheduler, choices=["linear", "cosine", "constant_with_warmup"])
+    p.add_argument("--dropout", type=float, default=d.dropout)
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
+    p.add_argument("--eval-steps", type=int, default=d.eval_steps, help="held-out evaluation every N steps")
+    p.add_argument("--save-steps", type=int, default=d.save_steps, help="committed checkpoint every N steps")
+    p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in OUTPUT_DIR")
+    p.add_argument("--compare", action="store_true",
+                   help="first train the same model with stock Trainer and report time to the same held-out loss")
+    p.add_argument("--no-plot", action="store_false", dest="plot", help="do not write OUTPUT_DIR/loss.png")
     p.add_argument("--backend", default=d.backend, choices=valid_choices())
     p.add_argument("--no-label-sparsity", action="store_false", dest="label_sparsity")
     p.add_argument("--quiet", action="store_false", dest="progress")
@@ -74,10 +82,14 @@ def _bench_parser(sub) -> None:
 
 
 def _run_pretrain(ns: argparse.Namespace) -> int:
-    from turbotrain.pretrain import PretrainConfig, run_pretrain
+    from turbotrain.pretrain import PretrainConfig, TrainingStopped, run_pretrain
 
-    run_pretrain(PretrainConfig(**{k: v for k, v in vars(ns).items() if k != "command"}))
-    return 0
+    cfg = PretrainConfig(**{k: v for k, v in vars(ns).items() if k != "command"})
+    try:
+        return run_pretrain(cfg).exit_code
+    except TrainingStopped as stopped:
+        print(f"turbotrain pretrain: {stopped}", file=sys.stderr)
+        return 1
 
 
 def _run_bench(ns: argparse.Namespace) -> int:
@@ -152,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     except (CorpusError, ImportError, ValueError, OSError) as error:
         print(f"turbotrain {ns.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training (corpus, tokenizer); during it, the job saves and stops itself
+        print(f"turbotrain {ns.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import pytest
 
 from turbotrain.bench.runner import PeerRuns, interleaved_order, loss_difference, run_bench
 from turbotrain.bench.workload import Workload
+from turbotrain.utils.imports import is_available
 
 
 def test_interleaved_order_is_a_b_c_a_b_c():
@@ -38,6 +39,8 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path):
     assert turbo["tokens_per_s"] > 0 and turbo["ratio_to_stock"] > 0
     assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step
     assert "| turbo | eager |" in (tmp_path / "bench.md").read_text()
+    png = tmp_path / "bench.png"
+    assert not is_available("matplotlib") or png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result["peers"]["stock"]["ratio_to_stock"] == 1.0
 
 

@@ -1,4 +1,5 @@
-"""Bench output: a console table, `bench.json` and `bench.md` (a dated row ready for benchmarks/)."""
+"""Bench output: a console table, `bench.json`, `bench.md` (a dated row ready for benchmarks/) and, with the
+`plot` extra installed, `bench.png` (chart.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import turbotrain
+from turbotrain.utils.plotting import is_matplotlib_available
 
 COLUMNS = [
     ("peer", "peer"),
@@ -131,5 +133,10 @@ def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[P
     console.print(table)
     for line in _data_lines(result):
         console.print(line)
-    console.print(f"wrote {json_path} and {md_path}")
-    return [json_path, md_path]
+    paths = [json_path, md_path]
+    if is_matplotlib_available():
+        from turbotrain.bench.chart import plot_bench
+
+        paths.append(plot_bench(result, out / "bench.png"))
+    console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    return paths

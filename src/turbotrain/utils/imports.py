@@ -18,6 +18,7 @@ EXTRA_OF_PACKAGE = {
     "optax": "xla",
     "optuna": "hpo",
     "deepspeed": "deepspeed",
+    "matplotlib": "plot",
 }
 
 

@@ -1,0 +1,75 @@
+"""`PretrainConfig`: the main job's options, checked up front (one clear line per bad value).
+
+Defaults were chosen by measurement on a 2-core CPU (benchmarks/2026-12-01-cpu-pretrain-sweep.md): at an
+equal training-time budget, RoBERTa h128 x 2 layers (0.10 s/step) left the unigram plateau while h256 x 4
+(0.47 s/step, lr 1e-3 or 2e-3) was still on it; 4,000 steps of 32 natural-length paragraphs (~5 epochs of
+the built-in corpus) then train in ~7 minutes there.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from turbotrain.models import ModelShape
+
+MIN_SEQ_LEN = 16  # shorter cannot hold a sentence with a masked word (the fill-mask examples need ~12-40)
+
+
+@dataclass
+class PretrainConfig(ModelShape):
+    hidden_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 2
+    batch_size: int = 32
+    output_dir: str = "out/pretrain"
+    files: list[str] = field(default_factory=list)
+    max_steps: int = 4000
+    learning_rate: float = 2e-3
+    warmup_steps: int | None = None  # None: 5% of max_steps (200 of the default 4,000)
+    lr_scheduler: str = "linear"
+    dropout: float = 0.1
+    logging_steps: int = 100
+    eval_steps: int = 250
+    save_steps: int = 500
+    backend: str = "auto"
+    label_sparsity: bool = True
+    progress: bool = True
+    export_onnx: bool = False
+    resume: bool = False
+    compare: bool = False
+    plot: bool = True
+
+    def __post_init__(self):
+        check_config(self)
+
+    @property
+    def warmup(self) -> int:
+        return self.warmup_steps if self.warmup_steps is not None else max(1, self.max_steps // 20)
+
+
+def _positive(name: str, value, flag: str) -> None:
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{flag} must be a positive whole number, got {value}")
+
+
+def check_config(cfg: PretrainConfig) -> None:
+    """Raise ValueError naming the flag and the fix for the first bad option."""
+    for name, flag in (("max_steps", "--steps"), ("num_heads", "--heads"), ("hidden_size", "--hidden-size"),
+                       ("num_layers", "--layers"), ("batch_size", "--batch-size"), ("logging_steps", "--logging-steps"),
+                       ("eval_steps", "--eval-steps"), ("save_steps", "--save-steps")):
+        _positive(name, getattr(cfg, name), flag)
+    if cfg.seq_len < MIN_SEQ_LEN:
+        raise ValueError(f"--seq-len must be at least {MIN_SEQ_LEN} tokens, got {cfg.seq_len}")
+    if cfg.hidden_size % cfg.num_heads:
+        raise ValueError(f"--hidden-size ({cfg.hidden_size}) must be a multiple of --heads ({cfg.num_heads})")
+    if cfg.vocab_size < 300:
+        raise ValueError(f"--vocab-size must be at least 300 (256 bytes + special tokens), got {cfg.vocab_size}")
+    if not (math.isfinite(cfg.learning_rate) and cfg.learning_rate > 0):
+        raise ValueError(f"--lr must be a finite number above 0, got {cfg.learning_rate}")
+    if cfg.warmup_steps is not None and cfg.warmup_steps < 0:
+        raise ValueError(f"--warmup-steps must be 0 or more, got {cfg.warmup_steps}")
+    if not 0 <= cfg.dropout < 1:
+        raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")
+    if cfg.lr_scheduler not in ("linear", "cosine", "constant_with_warmup"):
+        raise ValueError(f"--lr-scheduler must be linear, cosine or constant_with_warmup, got {cfg.lr_scheduler}")

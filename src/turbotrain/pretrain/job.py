@@ -1,0 +1,133 @@
+"""The main job: pretrain a RoBERTa-style masked LM from scratch on the built-in corpus (or your files).
+
+Steps: lock and check the output directory -> collect the corpus -> train a byte-level BPE tokenizer ->
+paragraphs at natural length, 3% held out with fixed masks (data.py) -> train with `TurboTrainer`
+(padding-free packing, label sparsity; committed checkpoints every `save_steps`, `--resume`; SIGINT /
+SIGTERM save and stop; a non-finite loss, grad norm or weight stops the run keeping the last good
+checkpoint) -> held-out loss, top-1/top-5 against the unigram baseline -> `save_pretrained` -> a stock
+`fill-mask` pipeline guesses ~10 held-out sentences (probes.py) -> `loss.png` (plot.py).
+`--compare` first trains the same model with stock `Trainer` and reports time-to-quality (compare.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from turbotrain.checkpoints import last_complete_checkpoint
+from turbotrain.pretrain.callbacks import Curves, HeldOutCurve, StopOnNonFinite, StopOnSignal
+from turbotrain.pretrain.compare import TimeToQuality, time_to_quality
+from turbotrain.pretrain.config import PretrainConfig
+from turbotrain.pretrain.guard import OutputDirLock
+from turbotrain.pretrain.metrics import HeldOut
+from turbotrain.pretrain.probes import Guess, choose_probes, fill_mask
+from turbotrain.pretrain.quiet import quiet_libraries
+from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
+from turbotrain.pretrain.summary import print_data, print_summary
+from turbotrain.utils.plotting import is_matplotlib_available
+
+SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
+
+
+class TrainingStopped(RuntimeError):
+    """A run stopped because its numbers stopped being finite (exit code 1, last good checkpoint kept)."""
+
+
+@dataclass
+class PretrainResult:
+    output_dir: Path
+    held_out: HeldOut | None
+    unigram_top1: float
+    unigram_top5: float
+    train_seconds: float
+    tokens_per_second: float
+    guesses: list[Guess]
+    curves: Curves
+    stopped_by: str | None = None
+    compare: TimeToQuality | None = None
+    plot: Path | None = None
+
+    @property
+    def exit_code(self) -> int:
+        return SIGNAL_EXIT.get(self.stopped_by, 1) if self.stopped_by else 0
+
+
+def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> PretrainResult:
+    console = console or Console(quiet=not cfg.progress, soft_wrap=True)
+    quiet_libraries()
+    with OutputDirLock(cfg.output_dir):
+        with console.status("Collecting the corpus and training the tokenizer..."):
+            prepared = prepare(cfg)
+        print_data(console, cfg, prepared)
+        stock = _train_stock(cfg, prepared, console) if cfg.compare else None
+        return _train_turbo(cfg, prepared, console, stock)
+
+
+def _train_stock(cfg: PretrainConfig, prepared: Prepared, console: Console) -> Curves:
+    console.print("[bold]--compare[/]: training the same model with stock Trainer first (same seed, same batches)")
+    curve = HeldOutCurve(prepared.data.eval_batches, cfg.eval_steps, "stock")
+    trainer = make_trainer(cfg, prepared, str(Path(cfg.output_dir) / "compare-stock"), [curve], stock=True)
+    with StopOnSignal() as stop:
+        trainer.add_callback(stop)
+        trainer.train()
+    if stop.received is not None:
+        raise KeyboardInterrupt
+    return curve.curves
+
+
+def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stock: Curves | None) -> PretrainResult:
+    curve, finite = HeldOutCurve(prepared.data.eval_batches, cfg.eval_steps, "turbotrain"), StopOnNonFinite()
+    with StopOnSignal() as stop:
+        trainer = make_trainer(cfg, prepared, cfg.output_dir, [stop, finite, curve])
+        start = time.perf_counter()
+        trainer.train(resume_from_checkpoint=True if cfg.resume else None)
+        seconds = time.perf_counter() - start - curve.paused_seconds
+    output_dir = Path(cfg.output_dir)
+    if finite.reason:
+        raise TrainingStopped(f"training stopped at step {finite.step}: {finite.reason} (learning rate too high?); "
+                              f"nothing was saved after step {finite.step}; last good checkpoint: "
+                              f"{last_complete_checkpoint(output_dir) or 'none yet'}")
+    tokens = (trainer.state.global_step - curve.start_step) * cfg.batch_size * prepared.data.train_tokens / len(prepared.data.train)
+    result = PretrainResult(output_dir, curve.curves.last, prepared.data.unigram_top1, prepared.data.unigram_top5,
+                            seconds, tokens / max(seconds, 1e-9), [], curve.curves)
+    if stop.received is not None:
+        result.stopped_by = stop.name
+        console.print(f"{stop.name}: stopped at step {trainer.state.global_step} after saving "
+                      f"{last_complete_checkpoint(output_dir)}; continue with the same command and --resume")
+        return result
+    _finish(cfg, prepared, trainer, result, stock, console)
+    return result
+
+
+def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console) -> None:
+    trainer.save_model(str(result.output_dir))
+    prepared.tokenizer.save_pretrained(str(result.output_dir))
+    result.guesses = fill_mask(result.output_dir, choose_probes(prepared.data.held_out_paragraphs, prepared.tokenizer,
+                                                                      cfg.seq_len))
+    if stock is not None:
+        result.compare = time_to_quality(stock, result.curves)
+        (result.output_dir / "compare.json").write_text(json.dumps(result.compare.as_dict(), indent=2))
+    if cfg.plot and is_matplotlib_available():
+        from turbotrain.pretrain.plot import plot_losses
+
+        runs = {"stock Trainer": stock, "TurboTrainer": result.curves} if stock else {"TurboTrainer": result.curves}
+        result.plot = plot_losses(runs, result.output_dir / "loss.png",
+                                  result.compare.target_loss if result.compare else None)
+    print_summary(console, result)
+    if cfg.export_onnx:
+        export_for_deployment(console, result.output_dir)
+
+
+def export_for_deployment(console: Console, model_dir: Path) -> Path:
+    """`--export-onnx`: the saved model and tokenizer -> verified ONNX in `<output_dir>/onnx`."""
+    from turbotrain.export.cli import run_export
+
+    onnx_dir = model_dir / "onnx"
+    if run_export(str(model_dir), str(onnx_dir), console=console) != 0:
+        raise RuntimeError(f"the ONNX export in {onnx_dir} does not match torch; see the message above")
+    return onnx_dir
+
