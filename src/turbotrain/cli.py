@@ -157,8 +157,26 @@ def _run_seq2seq_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _unet_bench_parser(sub) -> None:
+    p = sub.add_parser("bench-unet", help="a diffusers UNet training step on eager / inductor / onnxruntime")
+    p.add_argument("--out", default="bench-unet")
+    p.add_argument("--backends", nargs="+", default=["eager", "inductor", "onnxruntime"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=4)
+
+
+def _run_unet_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.unet import UNetBench, run_unet_bench
+
+    run_unet_bench(UNetBench(backends=tuple(ns.backends), rounds=ns.rounds, steps=ns.steps,
+                             batch_size=ns.batch_size), out_dir=ns.out)
+    return 0
+
+
 COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export,
-            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile, "bench-seq2seq": _run_seq2seq_bench}
+            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile, "bench-seq2seq": _run_seq2seq_bench,
+            "bench-unet": _run_unet_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     _ondevice_bench_parser(sub)
     _profile_parser(sub)
     _seq2seq_bench_parser(sub)
+    _unet_bench_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 
