@@ -30,7 +30,7 @@ from turbotrain.compiled_step import backend_of, compile
 @dataclass
 class UNetShape:
     sample_size: int = 16  # latent height and width
-    channels: tuple[int, ...] = (32, 64)
+    channels: tuple[int, ...] = (32, 64)  # one down and one up block per entry; the first has cross-attention
     cross_attention_dim: int = 64
     text_tokens: int = 8
     batch_size: int = 4
@@ -42,11 +42,12 @@ def tiny_unet(shape: UNetShape):
     from diffusers import UNet2DConditionModel
 
     torch.manual_seed(shape.seed)
+    down = ("CrossAttnDownBlock2D", *["DownBlock2D"] * (len(shape.channels) - 1))
+    up = (*["UpBlock2D"] * (len(shape.channels) - 1), "CrossAttnUpBlock2D")
     return UNet2DConditionModel(
         sample_size=shape.sample_size, in_channels=4, out_channels=4, layers_per_block=1,
-        block_out_channels=shape.channels, down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
-        up_block_types=("UpBlock2D", "CrossAttnUpBlock2D"), cross_attention_dim=shape.cross_attention_dim,
-        attention_head_dim=8, norm_num_groups=8)
+        block_out_channels=tuple(shape.channels), down_block_types=down, up_block_types=up,
+        cross_attention_dim=shape.cross_attention_dim, attention_head_dim=8, norm_num_groups=8)
 
 
 def diffusion_batch(shape: UNetShape, step: int) -> dict[str, torch.Tensor]:
