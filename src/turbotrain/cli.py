@@ -164,13 +164,14 @@ def _unet_bench_parser(sub) -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--channels", type=int, nargs="+", default=[32, 64], help="channels per UNet block")
 
 
 def _run_unet_bench(ns: argparse.Namespace) -> int:
     from turbotrain.bench.unet import UNetBench, run_unet_bench
 
     run_unet_bench(UNetBench(backends=tuple(ns.backends), rounds=ns.rounds, steps=ns.steps,
-                             batch_size=ns.batch_size), out_dir=ns.out)
+                             batch_size=ns.batch_size, channels=tuple(ns.channels)), out_dir=ns.out)
     return 0
 
 

@@ -77,3 +77,19 @@ def test_eval_returns_full_logits(family):
 def test_tied_output_embeddings_stay_tied():
     _, sparse = stock_and_sparse("bart")
     assert sparse.get_output_embeddings().weight is sparse.get_input_embeddings().weight
+
+
+def test_a_users_subclass_of_whisper_gets_its_decoder_inputs_built():
+    """Whisper has no prepare_decoder_input_ids_from_labels: the shift is found in its modeling module,
+    through the class hierarchy, also for a subclass defined elsewhere."""
+    base = make("whisper")
+
+    class MyWhisper(type(base)):
+        pass
+
+    stock = MyWhisper(base.config)
+    stock.load_state_dict(base.state_dict())
+    sparse = copy.deepcopy(stock)
+    assert optimize(sparse, padding_free=False).label_sparsity is not None
+    inputs = batch("whisper", 2, 0, [9, 4], keep=0.7, seed=11)
+    assert_same(loss_and_grads(stock, inputs), loss_and_grads(sparse, inputs), rtol=1e-5, atol=1e-6)
