@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule
 
-from turbotrain.backends.ort_rewrites import constants_as_buffers, masks_for_dropout
+from turbotrain.backends.ort_rewrites import broadcast_copies, constants_as_buffers, masks_for_dropout
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, export_module, save_onnx
 from turbotrain.utils.warnings import warn_once
@@ -95,6 +95,7 @@ class OrtGraph:
         self.kind, self.config = kind, config
         self.graph = graph
         constants_as_buffers(graph)
+        broadcast_copies(graph)
         self.masks = masks_for_dropout(graph)
         self.unsupported = scatter_add_for_index_put(graph)
         self.placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
