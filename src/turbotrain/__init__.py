@@ -4,6 +4,7 @@
 
 Any Trainer subclass gets the same: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)` arguments.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
+`compile(module, backend=...)` puts any module's training step (a diffusers UNet...) on a backend;
 `export_onnx` and `export_training_artifacts` export for deployment and on-device training.
 Names are imported on first use, so `turbotrain.ondevice` loads on devices without torch.
 """
@@ -24,6 +25,7 @@ _LAZY = {
     "optimize": "turbotrain.passes",
     "export_onnx": "turbotrain.export",
     "export_training_artifacts": "turbotrain.export",
+    "compile": "turbotrain.compiled_step",  # not a module named compile: importing it would shadow the function
 }
 
 __all__ = [*sorted(_LAZY), "__version__"]

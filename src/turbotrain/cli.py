@@ -144,8 +144,52 @@ def _run_profile(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _seq2seq_bench_parser(sub) -> None:
+    from dataclasses import fields
+
+    from turbotrain.bench.seq2seq import Seq2SeqBench
+
+    p = sub.add_parser("bench-seq2seq", help="stock Seq2SeqTrainer vs turbotrain on asr (Whisper) or bart, interleaved")
+    p.add_argument("--out", default="bench-seq2seq")
+    for f in fields(Seq2SeqBench):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "peers":
+            p.add_argument(flag, nargs="+", default=list(f.default), help="stock, turbo, turbo:<backend>")
+        elif isinstance(f.default, bool):
+            p.add_argument(flag, action="store_true")
+        else:
+            p.add_argument(flag, type=type(f.default), default=f.default)
+
+
+def _run_seq2seq_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.seq2seq import Seq2SeqBench, run_seq2seq_bench
+
+    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out"}}
+    run_seq2seq_bench(Seq2SeqBench(**{**fields, "peers": tuple(ns.peers)}), out_dir=ns.out)
+    return 0
+
+
+def _unet_bench_parser(sub) -> None:
+    p = sub.add_parser("bench-unet", help="a diffusers UNet training step on eager / inductor / onnxruntime")
+    p.add_argument("--out", default="bench-unet")
+    p.add_argument("--backends", nargs="+", default=["eager", "inductor", "onnxruntime"])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--channels", type=int, nargs="+", default=[32, 64], help="channels per UNet block")
+
+
+def _run_unet_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.unet import UNetBench, run_unet_bench
+
+    run_unet_bench(UNetBench(backends=tuple(ns.backends), rounds=ns.rounds, steps=ns.steps,
+                             batch_size=ns.batch_size, channels=tuple(ns.channels)), out_dir=ns.out)
+    return 0
+
+
 COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export,
-            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile}
+            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile, "bench-seq2seq": _run_seq2seq_bench,
+            "bench-unet": _run_unet_bench}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     _export_parser(sub)
     _ondevice_bench_parser(sub)
     _profile_parser(sub)
+    _seq2seq_bench_parser(sub)
+    _unet_bench_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 

@@ -14,12 +14,14 @@ Two kinds of use:
   `_inner_training_loop` -> `turbo_training_loop`, `_save_checkpoint` -> `turbo_checkpoint`.
 * Functions for the parts of Trainer's loop that a backend with its own loop reuses (xla: state,
   resume, loss tracking, log/save/evaluate, finalize), and single private attributes
-  (`attention_implementation`).
+  (`attention_implementation`), and the decoder inputs a sequence-to-sequence model builds from its labels
+  (`decoder_input_ids_from_labels`).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 from transformers import Trainer
@@ -71,6 +73,24 @@ def missing_loop_parts() -> list[str]:
 def attention_implementation(config) -> str | None:
     """The attention implementation the model was built with ("sdpa", "eager", "flash_attention_2"...)."""
     return getattr(config, "_attn_implementation", None)
+
+
+def decoder_input_ids_from_labels(model: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor | None:
+    """The `decoder_input_ids` a seq2seq model builds from `labels` [B, T] when given none, or None if unknown.
+
+    The model's public `prepare_decoder_input_ids_from_labels` (T5, BART, Marian...) where it has one;
+    otherwise the `shift_tokens_right(labels, pad_token_id, decoder_start_token_id)` of the model's own
+    modeling module (or its base class's: Whisper's forward calls that function, and defines no prepare method).
+    """
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if callable(prepare):
+        return prepare(labels=labels)
+    modules = (sys.modules.get(cls.__module__) for cls in type(model).__mro__)  # a user's subclass too
+    shift = next((m.shift_tokens_right for m in modules if callable(getattr(m, "shift_tokens_right", None))), None)
+    config = getattr(model, "config", None)
+    if not callable(shift) or getattr(config, "decoder_start_token_id", None) is None:
+        return None
+    return shift(labels, config.pad_token_id, config.decoder_start_token_id)
 
 
 def decay_parameter_names(model: torch.nn.Module) -> list[str]:

@@ -12,10 +12,16 @@ is taught here once.
   subclass), then by the class-name suffix (`...ForMaskedLM`) for models outside the mappings.
 * `is_causal_lm(model)`: the label shift Trainer's loss makes (causal-LM mapping); `has_causal_attention`
   whether attention is causal whatever the head (a decoder classifier too).
+* `is_seq2seq_lm(model)` and `decoder_input_ids(model, labels)`: an encoder-decoder LM (T5, BART, Marian,
+  Whisper) builds its `decoder_input_ids` from the full [B, T] labels when it is given none (labels
+  shifted right after the decoder start token, -100 read as padding); a pass that hands the model
+  other labels must build them first, the model's own way (`hf_boundary.decoder_input_ids_from_labels`).
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
 * `synthetic_batch(model, ...)`: a small deterministic batch (private RNG, training RNG untouched) of
   uneven, right-padded rows with labels that fit the task: token ids for language models, class ids
-  below `num_labels` for token and sequence classification. The self-checks of the passes and the
+  below `num_labels` for token and sequence classification. A speech model (`main_input_name` is
+  `input_features`: Whisper) gets random log-mel features of the length its encoder requires instead of
+  `input_ids`. The self-checks of the passes and the
   exporter's sample inputs come from here.
 """
 
@@ -24,6 +30,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformers.models.auto import modeling_auto
+
+from turbotrain import hf_boundary
 
 IGNORE_INDEX = -100  # the label Transformers' losses skip
 
@@ -92,6 +100,19 @@ def is_causal_lm(model: nn.Module) -> bool:
     return task_of(model) == CAUSAL_LM
 
 
+def is_seq2seq_lm(model: nn.Module) -> bool:
+    """An encoder-decoder LM whose labels are the decoder's targets (T5, BART, Marian, Whisper)."""
+    return task_of(model) == SEQ2SEQ_LM
+
+
+def decoder_input_ids(model: nn.Module, labels: torch.Tensor) -> torch.Tensor:
+    """The decoder inputs the seq2seq `model` would build from `labels` [B, T] -> [B, T]; raises if it cannot say."""
+    built = hf_boundary.decoder_input_ids_from_labels(unwrap(model), labels)
+    if built is None:
+        raise ValueError(f"{type(unwrap(model)).__name__} has no known way to build decoder_input_ids from labels")
+    return built
+
+
 def is_language_model(model: nn.Module) -> bool:
     """A model with a vocabulary head: masked, causal or sequence-to-sequence LM."""
     return task_of(model) in (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM)
@@ -156,4 +177,15 @@ def synthetic_batch(model: nn.Module, lengths: list[int], *, seed: int, ignore_e
             labels[:, ::ignore_every] = IGNORE_INDEX
     device = next(model.parameters()).device
     batch = {"input_ids": input_ids, "attention_mask": attention_mask, "labels": labels}
+    if getattr(unwrap(model), "main_input_name", "input_ids") == "input_features":
+        batch = {"input_features": speech_features(model, rows, generator), "labels": labels}
     return {name: tensor.to(device) for name, tensor in batch.items()}
+
+
+def speech_features(model: nn.Module, rows: int, generator: torch.Generator) -> torch.Tensor:
+    """Random log-mel features [B, mel bins, frames] of the length a Whisper-style encoder requires
+    (two convolution frames per encoder position)."""
+    config = unwrap(model).config
+    frames = 2 * int(config.max_source_positions)
+    dtype = next(model.parameters()).dtype
+    return torch.randn(rows, int(config.num_mel_bins), frames, generator=generator).to(dtype)

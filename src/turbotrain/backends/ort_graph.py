@@ -9,8 +9,8 @@ Life of a graph, on its first call with real tensors:
 3. export through turbotrain's one exporter (`export/onnx_graph.py`), or load it from the disk cache
    (key: the graph's code and input metadata, torch/onnxruntime/onnxscript versions, providers);
 4. the session's outputs are compared once with the graph run eagerly on the same inputs (relative
-   1e-4 of each output's scale); a graph that fails to export, fails this check or later fails to run
-   falls back to eager with one warning naming the reason, never silently.
+   1e-4 of each output's scale); a graph that fails to export, to load in ONNX Runtime, fails this
+   check or later fails to run falls back to eager with one warning naming the reason, never silently.
 Steady state: inputs bound by name without copies (IOBinding on the torch tensors' memory); outputs
 copied once out of ONNX Runtime (one memcpy per output: a cost on CPU), then laid out with the strides
 the rest of the AOTAutograd graph expects; an input the graph returns unchanged is returned as is.
@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch.fx import GraphModule
 
-from turbotrain.backends.ort_rewrites import constants_as_buffers, masks_for_dropout
+from turbotrain.backends.ort_rewrites import broadcast_copies, constants_as_buffers, masks_for_dropout
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, export_module, save_onnx
 from turbotrain.utils.warnings import warn_once
@@ -95,6 +95,7 @@ class OrtGraph:
         self.kind, self.config = kind, config
         self.graph = graph
         constants_as_buffers(graph)
+        broadcast_copies(graph)
         self.masks = masks_for_dropout(graph)
         self.unsupported = scatter_add_for_index_put(graph)
         self.placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
@@ -190,7 +191,7 @@ class OrtGraph:
                           "turbotrain-ort-1"])
         digest = hashlib.sha256(_renumber_symbols(text).encode())
         for name, buffer in self.graph.named_buffers():
-            digest.update(name.encode() + buffer.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            digest.update(name.encode() + buffer.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # noqa: E501
         return digest.hexdigest()[:32]
 
     def _export(self, tensors: list[torch.Tensor]):
@@ -284,6 +285,8 @@ class OrtGraph:
                 self._open(self._session_inputs(args))
             except ExportError as error:
                 self._fall_back(f"ONNX export failed{f' at {error.op}' if error.op else ''} ({error})")
+            except Exception as error:  # onnxruntime raises its own exception types when it loads a graph
+                self._fall_back(f"ONNX Runtime could not load it ({type(error).__name__}: {str(error)[:300]})")
             return self._first_run(args)
         if self.eager:
             return self.graph(*args)

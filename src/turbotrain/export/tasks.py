@@ -39,6 +39,13 @@ TASKS = {
 def task_of(model: torch.nn.Module) -> Task:
     """The exported task of a Transformers model (`turbotrain.modeling.task_of`, e.g. RobertaForMaskedLM -> masked-lm)."""
     task = modeling.task_of(model)
+    if task == modeling.SEQ2SEQ_LM:
+        inputs = getattr(modeling.unwrap(model), "main_input_name", "input_ids")
+        raise ValueError(
+            f"cannot export {type(model).__name__}: encoder-decoder models (seq2seq-lm: Whisper, T5, BART) are not "
+            f"exported yet, for deployment or on-device training. Missing: graphs whose inputs are the encoder's "
+            f"'{inputs}' plus 'decoder_input_ids' (the artifacts and manifest carry only input_ids and "
+            "attention_mask), and a decoder-only training graph with the encoder run once outside it")
     if task not in TASKS:
         known = ", ".join(sorted(TASKS))
         raise ValueError(f"cannot export {type(model).__name__} (task {task or 'unknown'}): turbotrain exports these "

@@ -3,12 +3,16 @@
 Contract
 --------
 Applies to a Transformers model whose loss ignores label -100 and whose output head is found through
-`get_output_embeddings()` (masked-LM and causal-LM heads: BERT, RoBERTa, DistilBERT, GPT-2, Llama...).
+`get_output_embeddings()` (masked-LM, causal-LM and seq2seq-LM heads: BERT, RoBERTa, DistilBERT, GPT-2,
+Llama, T5, BART, Marian, Whisper...).
 In training mode, when the model is called with `labels` of shape [B, T]:
 
 * the kept rows are the positions whose target is not -100. For a causal LM the target of position t
   is `labels[t + 1]` (Transformers shifts inside its loss), so the shift is made here and the model
   receives it as `shift_labels`;
+* an encoder-decoder LM (T5, BART, Marian, Whisper) builds its `decoder_input_ids` from the full
+  labels when given none, so they are built first, the model's own way (`modeling.decoder_input_ids`),
+  and its kept labels go in as [K, 1] (2-D: Whisper reads `labels.shape[1]`; the losses flatten them);
 * the hidden states entering the head are gathered, [B, T, H] -> [K, H]; the head returns [K, V];
 * the model's own loss code then runs on those K rows with the K labels, so its reduction
   (mean, or sum / `num_items_in_batch`) is the stock one.
@@ -42,7 +46,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turbotrain.modeling import IGNORE_INDEX, is_causal_lm, is_language_model, synthetic_batch
+from turbotrain.modeling import (
+    IGNORE_INDEX,
+    decoder_input_ids,
+    is_causal_lm,
+    is_language_model,
+    is_seq2seq_lm,
+    synthetic_batch,
+)
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
@@ -55,6 +66,7 @@ class HeadLocation:
     module: nn.Module
     name: str
     causal: bool
+    seq2seq: bool = False
 
 
 def _has_active_dropout(module: nn.Module) -> bool:
@@ -82,7 +94,7 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     module, where = (top, top_name)
     if top is base or _has_active_dropout(top):
         module, where = (output, name)
-    return HeadLocation(module=module, name=where, causal=is_causal_lm(model))
+    return HeadLocation(module=module, name=where, causal=is_causal_lm(model), seq2seq=is_seq2seq_lm(model))
 
 
 def shifted_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -163,7 +175,15 @@ class LabelSparsity(HookedPass):
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
+        if self.head.seq2seq:
+            kwargs.update(self._decoder_inputs(labels, kwargs), labels=kept.unsqueeze(1))  # [K] -> [K, 1]
         return args, kwargs
+
+    def _decoder_inputs(self, labels: torch.Tensor, kwargs: dict) -> dict:
+        """The decoder_input_ids the model would have built from the full labels [B, T] (none if given)."""
+        if kwargs.get("decoder_input_ids") is not None or kwargs.get("decoder_inputs_embeds") is not None:
+            return {}
+        return {"decoder_input_ids": decoder_input_ids(self.model, labels)}
 
     def _gather_rows(self, module, args):
         rows = self._rows
