@@ -23,9 +23,11 @@ from transformers import TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.backends.registry import options_class_for
+from turbotrain.passes.chunked_ce import MODES as CHUNKED_CE_MODES
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
+OFF_VALUES = {"chunked_cross_entropy": "never"}  # what "off" is for the options that are not plain switches
 SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad")
 
 
@@ -53,6 +55,9 @@ class TurboOptions:
     embedding_grad: bool = field(default=True, metadata=_help(
         "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
         "tensor every step (exact; passes/embedding_grad.py)."))
+    chunked_cross_entropy: str = field(default="auto", metadata=_help(
+        "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
+        "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."))
     max_tokens_per_batch: int | None = field(default=None, metadata=_help(
         "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
         "examples (data/token_budget.py; pairs well with padding_free)."))
@@ -69,6 +74,9 @@ class TurboOptions:
         for name in SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.chunked_cross_entropy not in CHUNKED_CE_MODES:
+            raise ValueError(f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
+                             f"got {self.chunked_cross_entropy!r}")
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
@@ -82,10 +90,10 @@ class TurboOptions:
 
     def without(self, turned_off: dict[str, str], backend: str) -> TurboOptions:
         """These options with the ones a backend cannot use switched off (each said once in the log)."""
-        off = {name: reason for name, reason in turned_off.items() if getattr(self, name)}
+        off = {name: reason for name, reason in turned_off.items() if getattr(self, name) not in (False, "never")}
         for name, reason in off.items():
             logger.info("turbotrain %s: %s is not used with this backend (%s)", backend, name, reason)
-        return replace(self, **dict.fromkeys(off, False))
+        return replace(self, **{name: OFF_VALUES.get(name, False) for name in off})
 
 
 def _cpu_only_multiprocess() -> bool:

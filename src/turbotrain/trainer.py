@@ -82,7 +82,8 @@ class TurboMixin(TrainerBoundary):
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
                                      padding_free=self.turbo_options.padding_free,
-                                     embedding_grad=self.turbo_options.embedding_grad)
+                                     embedding_grad=self.turbo_options.embedding_grad,
+                                     chunked_cross_entropy=self.turbo_options.chunked_cross_entropy)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:

@@ -123,6 +123,7 @@ class LabelSparsity(HookedPass):
         self._expected_rows = 0
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.fused_loss = None  # a ChunkedHead (passes/chunked_ce.py) that may take the head and loss over
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -160,6 +161,8 @@ class LabelSparsity(HookedPass):
         else:
             rows, kept = labelled_rows(labels, self.head.causal)
         self._rows, self._expected_rows = rows, labels.numel()
+        if self.fused_loss is not None and self.fused_loss.wants(kept.numel()):
+            return args, self.fused_loss.take(kwargs, kept)
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
@@ -184,6 +187,8 @@ class LabelSparsity(HookedPass):
 
     def _clear_rows(self, module, args, output):
         self._rows = None
+        if self.fused_loss is not None and self.fused_loss.call is not None:
+            return self.fused_loss.finish(output)
         return None
 
 
