@@ -66,7 +66,8 @@ class TurboOptions:
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
         if not isinstance(args, TurboArgumentsMixin):
             return cls()
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        names = attribute_names(type(args))
+        return cls(**{f.name: getattr(args, names[f.name]) for f in fields(cls)})
 
     def validate(self) -> None:
         if self.backend not in valid_choices():
@@ -102,12 +103,26 @@ def _cpu_only_multiprocess() -> bool:
         hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
+def attribute_names(arguments_class: type) -> dict[str, str]:
+    """TurboOptions field -> the attribute that carries it on `arguments_class` (see `_with_turbo_fields`)."""
+    return getattr(arguments_class, "_turbo_attributes", {f.name: f.name for f in fields(TurboOptions)})
+
+
 def _with_turbo_fields(cls):
-    """Give `cls` TurboOptions' fields (same names, types, defaults and help), then make it a dataclass."""
+    """Give `cls` TurboOptions' fields (same types, defaults and help), then make it a dataclass.
+
+    A field the arguments class already has keeps its owner's meaning, and turbotrain's option of that
+    name is carried as `turbo_<name>`: TRL's `SFTConfig.padding_free` (TRL's own flattening collator)
+    stays TRL's, and turbotrain's packing of padded batches is `turbo_padding_free`.
+    """
+    own = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
+    cls._turbo_attributes = {}
     for option in fields(TurboOptions):
-        cls.__annotations__[option.name] = option.type
+        name = f"turbo_{option.name}" if option.name in own else option.name
+        cls._turbo_attributes[option.name] = name
+        cls.__annotations__[name] = option.type
         default = option.default if option.default is not MISSING else None
-        setattr(cls, option.name, field(default=default, metadata=dict(option.metadata)))
+        setattr(cls, name, field(default=default, metadata=dict(option.metadata)))
     return dataclass(cls)
 
 

@@ -41,7 +41,7 @@ from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.hf_boundary import TrainerBoundary
+from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -173,5 +173,6 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         name = f"Turbo{trainer_class.__name__}"
         namespace = {"__module__": __name__, "__qualname__": name,
                      "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`)."}
-        _TRAINER_CLASSES[trainer_class] = type(name, (TurboMixin, trainer_class), namespace)
+        bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
+        _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]

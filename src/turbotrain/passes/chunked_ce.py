@@ -43,6 +43,7 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
+from turbotrain.passes import fused_head_calls
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
@@ -160,6 +161,7 @@ class Call:
     targets: torch.Tensor
     num_items: torch.Tensor | int | None
     want_stats: bool = False
+    fused: tuple[torch.Tensor, torch.Tensor] | None = None  # TRL's fused call: (rows [K], shifted targets [B, T])
     nll: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     is_top1: torch.Tensor | None = None
@@ -173,16 +175,21 @@ class ChunkedHead:
         self.softcap = modeling.final_logit_softcapping(model)
         self.vocab = modeling.output_linear(projection).out_features
         self.call: Call | None = None
+        self.compose_fused_calls = True  # answer TRL's fused_lm_head calls (fused_head_calls.py)
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
     def wants(self, kept_rows: int) -> bool:
         return self.mode == "always" or (self.mode == "auto" and kept_rows * self.vocab * 4 > AUTO_BYTES)
 
-    def take(self, kwargs: dict, targets: torch.Tensor, want_stats: bool = False) -> dict:
-        """Strip the labels from the model call and hold the kept targets for the projection."""
-        self.call = Call(targets=targets, num_items=kwargs.get("num_items_in_batch"), want_stats=want_stats)
-        return {k: v for k, v in kwargs.items() if k not in ("labels", "shift_labels", "num_items_in_batch")}
+    def take(self, kwargs: dict, targets: torch.Tensor, fused: tuple | None = None) -> dict:
+        """Strip the labels from the model call and hold the kept targets for the projection.
+
+        `fused`: (rows, shifted targets) of a TRL `fused_lm_head` call, answered in TRL's form."""
+        self.call = Call(targets=targets, num_items=kwargs.get("num_items_in_batch"), want_stats=fused is not None,
+                         fused=fused)
+        drop = ("labels", "shift_labels", "num_items_in_batch", fused_head_calls.FLAG)
+        return {k: v for k, v in kwargs.items() if k not in drop}
 
     def loss(self) -> torch.Tensor:
         call = self.call
@@ -194,10 +201,13 @@ class ChunkedHead:
 
     def finish(self, output):
         """The model's output with the chunked loss in place of the (absent) stock one; clears the call."""
-        loss = self.loss() if self.call is not None and self.call.nll is not None else None
+        call = self.call
+        loss = self.loss() if call is not None and call.nll is not None else None
         self.call = None
         if loss is None or output is None:
             return output
+        if call.fused is not None:
+            return fused_head_calls.fused_output(call, loss)
         if isinstance(output, tuple):
             return (loss, *output)
         return type(output)(**{"loss": loss, **{k: v for k, v in output.items() if k != "loss"}})

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbotrain.modeling import IGNORE_INDEX, is_causal_lm, is_language_model, synthetic_batch
+from turbotrain.passes import fused_head_calls
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
@@ -154,6 +155,9 @@ class LabelSparsity(HookedPass):
         labels = kwargs.get("labels")
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
+        fused = fused_head_calls.is_fused_call(kwargs)  # TRL's fused LM head: answered by the chunked head
+        if fused and not fused_head_calls.can_compose(kwargs, self.fused_loss):
+            return None
         if "shift_labels" in kwargs:
             return None
         if self._given is not None:
@@ -161,6 +165,9 @@ class LabelSparsity(HookedPass):
         else:
             rows, kept = labelled_rows(labels, self.head.causal)
         self._rows, self._expected_rows = rows, labels.numel()
+        if fused:
+            targets = shifted_targets(labels, self.head.causal)
+            return args, self.fused_loss.take(kwargs, kept, fused=(rows, targets))
         if self.fused_loss is not None and self.fused_loss.wants(kept.numel()):
             return args, self.fused_loss.take(kwargs, kept)
         kwargs = {**kwargs, "labels": kept}
