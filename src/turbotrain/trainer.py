@@ -42,6 +42,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask
+from turbotrain.passes import fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -79,11 +80,23 @@ class TurboMixin(TrainerBoundary):
             return False
         return True
 
+    def _padding_free_allowed(self) -> bool:
+        """Packing changes the rows of a batch: only for losses that are a sum over tokens (Trainer's, SFT's)."""
+        if not self.turbo_options.padding_free:
+            return False
+        if type(self).compute_loss is Trainer.compute_loss or fused_head_calls.sums_tokens(self):
+            return True
+        logger.info("turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
+                    "chosen/rejected pairs); its batches stay padded", type(self).__name__)
+        return False
+
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
-                                     padding_free=self.turbo_options.padding_free,
+                                     padding_free=self._padding_free_allowed(),
                                      embedding_grad=self.turbo_options.embedding_grad,
                                      chunked_cross_entropy=self.turbo_options.chunked_cross_entropy)
+        if self.turbo_report.chunked_ce is not None:
+            self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:

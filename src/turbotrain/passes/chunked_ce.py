@@ -175,7 +175,9 @@ class ChunkedHead:
         self.softcap = modeling.final_logit_softcapping(model)
         self.vocab = modeling.output_linear(projection).out_features
         self.call: Call | None = None
-        self.compose_fused_calls = True  # answer TRL's fused_lm_head calls (fused_head_calls.py)
+        # answer TRL's fused_lm_head calls (fused_head_calls.py): only for a trainer known to sum the per-token
+        # losses with one weight (turbo(SFTTrainer) with loss_type="nll" sets it)
+        self.compose_fused_calls = False
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 

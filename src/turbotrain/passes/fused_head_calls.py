@@ -15,9 +15,10 @@ computes it. Same numbers as TRL's kernel (both are an fp32 log-softmax of the s
 The gradient reaches the model through `log_probs` (TRL's loss is their sum times one factor, which
 the chunked head's pre-summed weight gradient requires).
 
-Stepped aside (TRL's own forward runs, one log line): chunked cross-entropy set to "never", MoE
-router losses (`output_router_logits`), and trainers whose loss weights tokens unequally (TRL's
-`loss_type="dft"`; the trainer turns composition off for them).
+Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`).
+Stepped aside (TRL's own forward runs, one log line): every other caller (DPO, KTO, GRPO weight tokens
+unequally; `loss_type="dft"` too; a model given `optimize()` and handed to TRL), chunked cross-entropy
+set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
 """
 
 from __future__ import annotations
@@ -32,6 +33,16 @@ logger = logging.getLogger("turbotrain")
 FLAG = "fused_lm_head"
 
 
+def sums_tokens(trainer) -> bool:
+    """TRL's SFTTrainer: its loss is a sum over tokens (so packing rows changes nothing)."""
+    return "SFTTrainer" in {cls.__name__ for cls in type(trainer).__mro__}
+
+
+def sums_log_probs(trainer) -> bool:
+    """TRL's SFTTrainer with the "nll" loss: loss = -Σ log_probs / n, one weight for every token."""
+    return sums_tokens(trainer) and getattr(trainer.args, "loss_type", "nll") == "nll"
+
+
 def is_fused_call(kwargs: dict) -> bool:
     return bool(kwargs.get(FLAG))
 
@@ -42,7 +53,7 @@ def can_compose(kwargs: dict, fused_loss) -> bool:
     if fused_loss is None or fused_loss.mode == "never":
         reason = "chunked cross-entropy is off"
     elif not fused_loss.compose_fused_calls:
-        reason = "this trainer weights the per-token losses unequally (loss_type='dft')"
+        reason = "the trainer is not known to weight every token's loss alike (only SFTTrainer with loss_type='nll' is)"
     elif kwargs.get("output_router_logits"):
         reason = "MoE router losses are requested"
     elif kwargs.get("shift_labels") is not None:

@@ -18,6 +18,8 @@ EXTRA_OF_PACKAGE = {
     "optax": "xla",
     "optuna": "hpo",
     "deepspeed": "deepspeed",
+    "peft": "llm",
+    "trl": "llm",
 }
 
 
@@ -37,6 +39,14 @@ def is_optuna_available() -> bool:
 
 def is_jax_available() -> bool:
     return is_available("jax")
+
+
+def is_peft_available() -> bool:
+    return is_available("peft")
+
+
+def is_trl_available() -> bool:
+    return is_available("trl")
 
 
 def require(package: str, feature: str) -> None:
