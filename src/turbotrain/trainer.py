@@ -21,7 +21,11 @@ which forwards them to the public `turbo_*` methods here:
   writes and loads it.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
-for them (one warning) instead of changing the numbers.
+for them (one warning) instead of changing the numbers. Padding-free packing changes a batch's rows, so
+it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
+(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). TRL's `fused_lm_head` calls are
+answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
+and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.

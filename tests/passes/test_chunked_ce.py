@@ -127,3 +127,12 @@ def test_evaluation_keeps_full_logits():
     model.eval()
     inputs = synthetic_batch(model, [5, 3], seed=0)
     assert model(**inputs).logits.shape == (2, 5, LLM_VOCAB)
+
+
+def test_option_is_checked_and_backends_turn_it_to_never(tmp_path):
+    from turbotrain import TurboOptions, TurboTrainingArguments
+
+    with pytest.raises(ValueError, match="chunked_cross_entropy must be one of"):
+        TurboTrainingArguments(output_dir=str(tmp_path), chunked_cross_entropy="sometimes")
+    off = TurboOptions().without({"chunked_cross_entropy": "compiled"}, "inductor")
+    assert off.chunked_cross_entropy == "never"

@@ -25,6 +25,11 @@ Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that
 (the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
+Chunked head: with `chunked_cross_entropy` installed (`fused_loss`, passes/chunked_ce.py) a call may hand
+its kept targets to it instead: the labels leave the model call, the output projection computes the loss
+on the gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head`
+calls are answered the same way, or left to TRL (passes/fused_head_calls.py).
+
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
