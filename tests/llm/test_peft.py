@@ -53,3 +53,19 @@ def test_lora_golden_losses_and_adapters_match_stock(tmp_path, modules_to_save):
     stock_weights = merged_stock.state_dict()
     for name, weight in merged_turbo.state_dict().items():
         torch.testing.assert_close(weight, stock_weights[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_embeddings_and_head_in_modules_to_save_get_every_pass_with_stock_gradients():
+    import copy
+
+    from tests.passes.test_chunked_ce import assert_same
+    from tests.passes.test_label_sparsity import loss_and_grads
+    from turbotrain import optimize
+    from turbotrain.modeling import synthetic_batch
+
+    stock = peft_model(["embed_tokens", "lm_head"])
+    turbo = copy.deepcopy(stock)
+    report = optimize(turbo, chunked_cross_entropy="always")
+    assert report.applied == ["label_sparsity", "chunked_ce", "padding_free", "embedding_grad"], report.skipped
+    inputs = synthetic_batch(stock, [9, 6, 3], seed=2, ignore_every=3)
+    assert_same(loss_and_grads(stock, inputs), loss_and_grads(turbo, inputs))
