@@ -42,17 +42,17 @@ def test_sft_golden_losses_and_metrics(tmp_path, completion_only_loss):
 
 
 def test_sft_with_peft_config_golden_losses(tmp_path):
-    trainer, turbo_logs = sft_history(tmp_path, True, steps=6, peft=True)
+    trainer, turbo_logs = sft_history(tmp_path, True, steps=4, peft=True)
     assert "label_sparsity" in trainer.turbo_report.applied and "Peft" in trainer.turbo_report.model_name
-    _, stock_logs = sft_history(tmp_path, False, steps=6, peft=True)
+    _, stock_logs = sft_history(tmp_path, False, steps=4, peft=True)
     assert_same_history(turbo_logs, stock_logs)
 
 
 def test_dft_loss_steps_aside_with_the_stock_numbers(tmp_path, caplog):
     with caplog.at_level("INFO", logger="turbotrain"):
-        _, turbo_logs = sft_history(tmp_path, True, steps=3, loss_type="dft")
+        _, turbo_logs = sft_history(tmp_path, True, steps=2, loss_type="dft")
     assert "TRL's fused LM head runs as TRL wrote it" in caplog.text
-    _, stock_logs = sft_history(tmp_path, False, steps=3, loss_type="dft")
+    _, stock_logs = sft_history(tmp_path, False, steps=2, loss_type="dft")
     assert_same_history(turbo_logs, stock_logs)
 
 

@@ -3,7 +3,8 @@
 Each documented function or method whose docstring has at least two lines becomes one row:
 prompt = `def name(arguments):` and the docstring's first line (what a user would ask for), completion =
 the rest of the docstring (what the model should answer). Parsed with `ast`, never imported; the rows
-are sorted by file and line, so every machine with the same Python gets the same rows.
+are sorted by file and line, so every machine with the same Python gets the same rows (~3,800 on
+CPython 3.11; cached under `~/.cache/turbotrain` like the corpus).
 
 `build_sft_data` tokenizes prompt and completion apart and concatenates them (plus `</s>`), truncated at
 `max_len`, and gives both forms the peers need, with the very same token ids:
@@ -16,6 +17,9 @@ are sorted by file and line, so every machine with the same Python gets the same
 from __future__ import annotations
 
 import ast
+import json
+import sys
+import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +27,7 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
+from turbotrain.data.cache import cache_dir, digest, write_atomically
 from turbotrain.data.corpus import stdlib_source_files
 from turbotrain.modeling import IGNORE_INDEX
 
@@ -46,13 +51,24 @@ def _rows_of(path: Path) -> list[tuple[str, str]]:
     return rows
 
 
-def function_rows(max_rows: int | None = None) -> list[tuple[str, str]]:
-    """(prompt, completion) pairs, in file and line order; the first `max_rows` of them."""
+def _parse_rows(max_rows: int | None) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
     for path in stdlib_source_files():
         rows.extend(_rows_of(path))
         if max_rows is not None and len(rows) >= max_rows:
             return rows[:max_rows]
+    return rows
+
+
+def function_rows(max_rows: int | None = None) -> list[tuple[str, str]]:
+    """(prompt, completion) pairs, in file and line order; the first `max_rows` of them.
+
+    Parsing the whole standard library takes ~15 s on 2 cores, so the result is cached per interpreter."""
+    cached = cache_dir() / f"stdlib-functions-{digest(sys.version, sysconfig.get_paths()['stdlib'], str(max_rows))}.json"
+    if cached.exists():
+        return [tuple(row) for row in json.loads(cached.read_text(encoding="utf-8"))]
+    rows = _parse_rows(max_rows)
+    write_atomically(cached, json.dumps(rows))
     return rows
 
 
