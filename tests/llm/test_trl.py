@@ -88,3 +88,11 @@ def test_dpo_trainer_steps_aside_with_the_stock_numbers(tmp_path):
         trainer.train()
         losses.append([entry["loss"] for entry in trainer.state.log_history if "loss" in entry])
     assert_losses_close(*losses)
+
+
+@pytest.mark.parametrize("trl_option", [{"padding_free": True, "max_length": None}, {"packing": True}])
+def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
+    trainer, turbo_logs = sft_history(tmp_path, True, steps=3, **trl_option)
+    assert "chunked_ce" in trainer.turbo_report.applied
+    _, stock_logs = sft_history(tmp_path, False, steps=3, **trl_option)
+    assert_same_history(turbo_logs, stock_logs)
