@@ -72,7 +72,9 @@ class TrlTokenCount:
 
 def counts_tokens_from_mask(trainer_class: type) -> bool:
     """TRL trainers that keep the `num_tokens` metric (see `TrlTokenCount`)."""
-    return trainer_class.__module__.startswith("trl.") and "_total_train_tokens" in _source_names(trainer_class)
+    compute_loss = getattr(trainer_class, "compute_loss", None)  # a user's SFTTrainer subclass inherits TRL's
+    return getattr(compute_loss, "__module__", "").startswith("trl.") and \
+        "_total_train_tokens" in _source_names(trainer_class)
 
 
 def _source_names(trainer_class: type) -> str:
