@@ -67,6 +67,8 @@ class Workload(ModelShape):
     def _check_sft_peers(self) -> None:
         from turbotrain.bench.sft import SFT_PEERS
 
+        if tuple(self.peers) == PEERS:  # the default peers are the MLM ones; sft has its own
+            self.peers = SFT_PEERS
         unknown = set(self.peers) - set(SFT_PEERS)
         if unknown or not self.peers:
             raise ValueError(f"unknown sft peers {sorted(unknown)}; choose from {', '.join(SFT_PEERS)}")
