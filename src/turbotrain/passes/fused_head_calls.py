@@ -23,13 +23,13 @@ set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 
 import torch
 from transformers.utils import ModelOutput
 
-logger = logging.getLogger("turbotrain")
+from turbotrain.utils.warnings import log_once
+
 FLAG = "fused_lm_head"
 
 
@@ -59,18 +59,9 @@ def can_compose(kwargs: dict, fused_loss) -> bool:
     elif kwargs.get("shift_labels") is not None:
         reason = "the labels come pre-shifted (context or sequence parallelism)"
     if reason is not None:
-        _say_once(f"turbotrain: TRL's fused LM head runs as TRL wrote it ({reason}); label sparsity steps aside "
+        log_once(f"turbotrain: TRL's fused LM head runs as TRL wrote it ({reason}); label sparsity steps aside "
                   "for these calls")
     return reason is None
-
-
-_said: set[str] = set()
-
-
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
-        logger.info(message)
 
 
 def strip(kwargs: dict) -> dict:
