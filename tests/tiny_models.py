@@ -96,3 +96,19 @@ def padded_batch(lengths: list[int], task: str = "lm", keep: float = 0.3, seed: 
         labels = input_ids.clone()
         labels[(torch.rand(labels.shape, generator=generator) >= keep) | ~mask] = -100
     return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}
+
+
+LLM_VOCAB = 151_936  # Qwen2's vocabulary: the size where full logits hurt
+
+
+def llm(vocab: int = LLM_VOCAB, tied: bool = True, seed: int = 0, softcap: float | None = None, hidden: int = 16):
+    """A one-layer Qwen2-shaped decoder (Gemma-2 with `softcap`) with a large vocabulary and a tiny body."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    sizes = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, intermediate_size=2 * hidden, tie_word_embeddings=tied, pad_token_id=0)
+    torch.manual_seed(seed)
+    if softcap is not None:
+        return Gemma2ForCausalLM(Gemma2Config(**sizes, head_dim=hidden // 2, final_logit_softcapping=softcap,
+                                              attention_dropout=0.0))
+    return Qwen2ForCausalLM(Qwen2Config(**sizes, attention_dropout=0.0))

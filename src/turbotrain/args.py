@@ -23,9 +23,11 @@ from transformers import TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.backends.registry import options_class_for
+from turbotrain.passes.chunked_ce import MODES as CHUNKED_CE_MODES
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
+OFF_VALUES = {"chunked_cross_entropy": "never"}  # what "off" is for the options that are not plain switches
 SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad")
 
 
@@ -53,6 +55,9 @@ class TurboOptions:
     embedding_grad: bool = field(default=True, metadata=_help(
         "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
         "tensor every step (exact; passes/embedding_grad.py)."))
+    chunked_cross_entropy: str = field(default="auto", metadata=_help(
+        "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
+        "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."))
     max_tokens_per_batch: int | None = field(default=None, metadata=_help(
         "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
         "examples (data/token_budget.py; pairs well with padding_free)."))
@@ -61,7 +66,8 @@ class TurboOptions:
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
         if not isinstance(args, TurboArgumentsMixin):
             return cls()
-        return cls(**{f.name: getattr(args, f.name) for f in fields(cls)})
+        names = attribute_names(type(args))
+        return cls(**{f.name: getattr(args, names[f.name]) for f in fields(cls)})
 
     def validate(self) -> None:
         if self.backend not in valid_choices():
@@ -69,6 +75,9 @@ class TurboOptions:
         for name in SWITCHES:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.chunked_cross_entropy not in CHUNKED_CE_MODES:
+            raise ValueError(f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
+                             f"got {self.chunked_cross_entropy!r}")
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
@@ -86,10 +95,10 @@ class TurboOptions:
 
     def without(self, turned_off: dict[str, str], backend: str) -> TurboOptions:
         """These options with the ones a backend cannot use switched off (each said once in the log)."""
-        off = {name: reason for name, reason in turned_off.items() if getattr(self, name)}
+        off = {name: reason for name, reason in turned_off.items() if getattr(self, name) not in (False, "never")}
         for name, reason in off.items():
             logger.info("turbotrain %s: %s is not used with this backend (%s)", backend, name, reason)
-        return replace(self, **dict.fromkeys(off, False))
+        return replace(self, **{name: OFF_VALUES.get(name, False) for name in off})
 
 
 def _cpu_only_multiprocess() -> bool:
@@ -98,12 +107,26 @@ def _cpu_only_multiprocess() -> bool:
         hasattr(torch, "xpu") and torch.xpu.is_available())
 
 
+def attribute_names(arguments_class: type) -> dict[str, str]:
+    """TurboOptions field -> the attribute that carries it on `arguments_class` (see `_with_turbo_fields`)."""
+    return getattr(arguments_class, "_turbo_attributes", {f.name: f.name for f in fields(TurboOptions)})
+
+
 def _with_turbo_fields(cls):
-    """Give `cls` TurboOptions' fields (same names, types, defaults and help), then make it a dataclass."""
+    """Give `cls` TurboOptions' fields (same types, defaults and help), then make it a dataclass.
+
+    A field the arguments class already has keeps its owner's meaning, and turbotrain's option of that
+    name is carried as `turbo_<name>`: TRL's `SFTConfig.padding_free` (TRL's own flattening collator)
+    stays TRL's, and turbotrain's packing of padded batches is `turbo_padding_free`.
+    """
+    own = {f.name for f in fields(cls)} if hasattr(cls, "__dataclass_fields__") else set()
+    cls._turbo_attributes = {}
     for option in fields(TurboOptions):
-        cls.__annotations__[option.name] = option.type
+        name = f"turbo_{option.name}" if option.name in own else option.name
+        cls._turbo_attributes[option.name] = name
+        cls.__annotations__[name] = option.type
         default = option.default if option.default is not MISSING else None
-        setattr(cls, option.name, field(default=default, metadata=dict(option.metadata)))
+        setattr(cls, name, field(default=default, metadata=dict(option.metadata)))
     return dataclass(cls)
 
 

@@ -16,6 +16,9 @@ is taught here once.
   Whisper) builds its `decoder_input_ids` from the full [B, T] labels when it is given none (labels
   shifted right after the decoder start token, -100 read as padding); a pass that hands the model
   other labels must build them first, the model's own way (`hf_boundary.decoder_input_ids_from_labels`).
+* `output_projection`, `output_linear`, `input_embedding`: the head and the input embedding that run,
+  through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
+  `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
 * `synthetic_batch(model, ...)`: a small deterministic batch (private RNG, training RNG untouched) of
   uneven, right-padded rows with labels that fit the task: token ids for language models, class ids
@@ -132,6 +135,46 @@ def position_offset(model: nn.Module) -> int:
     if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
         return int(embeddings.padding_idx) + 1
     return 0
+
+
+def output_projection(model: nn.Module) -> nn.Module | None:
+    """The module that makes the logits (`get_output_embeddings()`; a PEFT `modules_to_save` wrapper as is)."""
+    get_output = getattr(unwrap(model), "get_output_embeddings", None)
+    return get_output() if callable(get_output) else None
+
+
+def _active_copy(module: nn.Module) -> nn.Module:
+    """Inside a PEFT `ModulesToSaveWrapper`, the copy that runs (the active adapter's, or the original)."""
+    copies = getattr(module, "modules_to_save", None)
+    original = getattr(module, "original_module", None)
+    if not isinstance(copies, nn.ModuleDict) or original is None:
+        return module
+    if getattr(module, "disable_adapters", False):
+        return original
+    active = getattr(module, "active_adapter", None)
+    active = active[0] if isinstance(active, (list, tuple)) and active else active
+    return copies[active] if isinstance(active, str) and active in copies else original
+
+
+def output_linear(projection: nn.Module | None) -> nn.Linear | None:
+    """The plain `nn.Linear` that `projection` runs (through a `modules_to_save` wrapper), or None."""
+    inner = _active_copy(projection) if projection is not None else None
+    return inner if type(inner) is nn.Linear else None
+
+
+def input_embedding(model: nn.Module) -> nn.Module | None:
+    """The input embedding that runs (through a `modules_to_save` wrapper), or None."""
+    get_input = getattr(unwrap(model), "get_input_embeddings", None)
+    embedding = get_input() if callable(get_input) else None
+    return _active_copy(embedding) if embedding is not None else None
+
+
+def final_logit_softcapping(model: nn.Module) -> float | None:
+    """Gemma-2's `logits = c * tanh(logits / c)` cap c, or None."""
+    config = unwrap(model).config
+    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    cap = getattr(config, "final_logit_softcapping", None)
+    return float(cap) if cap else None
 
 
 def vocab_size(model: nn.Module) -> int:

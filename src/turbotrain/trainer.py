@@ -21,7 +21,11 @@ which forwards them to the public `turbo_*` methods here:
   or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
-for them (one warning) instead of changing the numbers.
+for them (one warning) instead of changing the numbers. Padding-free packing changes a batch's rows, so
+it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
+(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). TRL's `fused_lm_head` calls are
+answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
+and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
@@ -39,7 +43,8 @@ from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
+from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
+from turbotrain.passes import fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -77,10 +82,23 @@ class TurboMixin(TrainerBoundary):
             return False
         return True
 
+    def _padding_free_allowed(self) -> bool:
+        """Packing changes the rows of a batch: only for losses that are a sum over tokens (Trainer's, SFT's)."""
+        if not self.turbo_options.padding_free:
+            return False
+        if type(self).compute_loss is Trainer.compute_loss or fused_head_calls.sums_tokens(self):
+            return True
+        logger.info("turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
+                    "chosen/rejected pairs); its batches stay padded", type(self).__name__)
+        return False
+
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
-                                     padding_free=self.turbo_options.padding_free,
-                                     embedding_grad=self.turbo_options.embedding_grad)
+                                     padding_free=self._padding_free_allowed(),
+                                     embedding_grad=self.turbo_options.embedding_grad,
+                                     chunked_cross_entropy=self.turbo_options.chunked_cross_entropy)
+        if self.turbo_report.chunked_ce is not None:
+            self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
@@ -163,5 +181,6 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         name = f"Turbo{trainer_class.__name__}"
         namespace = {"__module__": __name__, "__qualname__": name,
                      "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`)."}
-        _TRAINER_CLASSES[trainer_class] = type(name, (TurboMixin, trainer_class), namespace)
+        bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
+        _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]

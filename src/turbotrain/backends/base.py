@@ -22,6 +22,8 @@ from typing import Any, ClassVar
 from torch import nn
 from transformers import TrainingArguments
 
+EAGER_ONLY_CHUNKED_CE = "the chunked head is an eager autograd.Function looping over a data-dependent row count"
+
 
 class BackendUnavailable(RuntimeError):
     """The backend cannot run here; the message says what to install or change."""

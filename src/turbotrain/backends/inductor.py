@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from turbotrain.backends.base import Backend, BackendUnavailable
+from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 
 EXACT_PATCHES = {"fallback_random": True, "split_reductions": False}
@@ -40,6 +40,7 @@ def exact_inductor(graph_module: torch.fx.GraphModule, example_inputs):
 @register_backend
 class InductorBackend(Backend):
     name = "inductor"
+    turns_off = {"chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
     description = "torch.compile with the Inductor compiler (eager-identical dropout)"
 
     def check_available(self, args: TrainingArguments) -> None:

@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
+from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.utils.imports import is_available
 
@@ -103,6 +103,7 @@ def ort_compiler(config):
 @register_backend
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
+    turns_off = {"chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
     description = "forward and backward graphs exported to ONNX and run by ONNX Runtime sessions"
     options_class = OrtOptions
 

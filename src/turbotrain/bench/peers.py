@@ -64,6 +64,10 @@ def _common(workload: Workload, output_dir: str) -> dict:
 
 def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, collator, output_dir: str) -> Trainer:
     """A fresh trainer for `peer` on a fresh copy of `model`."""
+    if workload.task == "sft":
+        from turbotrain.bench.sft import build_sft_trainer
+
+        return build_sft_trainer(peer, model, data, collator, _common(workload, output_dir))
     model = copy.deepcopy(model)
     kw = dict(train_dataset=data.train, data_collator=collator)
     if peer == "stock":

@@ -77,11 +77,12 @@ def rows(result: dict) -> list[list[str]]:
 def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
-    task = "MLM" if w["task"] == "mlm" else "sequence classification"
+    task = {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification"}.get(w["task"]) or \
+        f"Qwen2-shaped SFT, {'LoRA' if w.get('lora') else 'full fine-tune'}, {'untied' if w.get('untied') else 'tied'},"
     off = f" (turbo without {', '.join(w['turbo_off'])})" if w.get("turbo_off") else ""
     lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
     lines = [
-        f"### {env['date']}: RoBERTa {task} h{w['hidden_size']} L{w['num_layers']} {lengths} "
+        f"### {env['date']}: {task} h{w['hidden_size']} L{w['num_layers']} {lengths} "
         f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}{off}",
         "",
         f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "

@@ -27,7 +27,7 @@ from turbotrain.models import ModelShape
 PEERS = ("stock", "compiled", "turbo")
 TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer")
 LENGTHS = ("fixed", "variable")
-TASKS = ("mlm", "cls")
+TASKS = ("mlm", "cls", "sft")  # sft: a decoder fine-tuned on chat-style rows (bench/sft.py)
 
 
 @dataclass
@@ -43,6 +43,8 @@ class Workload(ModelShape):
     task: str = "mlm"
     dropout: float | None = None
     turbo_off: tuple[str, ...] = ()
+    lora: bool = False  # sft: train PEFT LoRA adapters only
+    untied: bool = False  # sft: separate input and output embeddings
 
     def __post_init__(self):
         unknown_passes = set(self.turbo_off) - set(TURBO_PASSES)
@@ -50,14 +52,26 @@ class Workload(ModelShape):
             raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(TURBO_PASSES)}")
         if self.lengths not in LENGTHS or self.task not in TASKS:
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
-        if self.task == "cls" and self.lengths == "fixed":
-            raise ValueError("task='cls' needs lengths='variable' (classification of paragraphs)")
+        if self.task in ("cls", "sft") and self.lengths == "fixed":
+            raise ValueError(f"task='{self.task}' needs lengths='variable' (rows at their natural lengths)")
+        if self.task == "sft":
+            self._check_sft_peers()
+            return
         unknown = {p for p in self.peers if p.split(":", 1)[0] not in PEERS or p.startswith(("stock:", "compiled:"))}
         if unknown or not self.peers:
             raise ValueError(f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)} "
                              "(turbo:<backend> runs TurboTrainer on that backend)")
         if self.rounds < 1 or self.steps < 1 or self.warmup < 0:
             raise ValueError("rounds and steps must be >= 1, warmup >= 0")
+
+    def _check_sft_peers(self) -> None:
+        from turbotrain.bench.sft import SFT_PEERS
+
+        if tuple(self.peers) == PEERS:  # the default peers are the MLM ones; sft has its own
+            self.peers = SFT_PEERS
+        unknown = set(self.peers) - set(SFT_PEERS)
+        if unknown or not self.peers:
+            raise ValueError(f"unknown sft peers {sorted(unknown)}; choose from {', '.join(SFT_PEERS)}")
 
     @property
     def dropout_probability(self) -> float:
@@ -82,11 +96,19 @@ class Workload(ModelShape):
         return " ".join(["turbotrain bench", *flags])
 
     def initial_model(self):
+        if self.task == "sft":
+            from turbotrain.bench.sft import sft_model
+
+            return sft_model(self)
         torch.manual_seed(self.seed)
         model_class = RobertaForSequenceClassification if self.task == "cls" else RobertaForMaskedLM
         return model_class(self.roberta_config(dropout=self.dropout_probability))
 
     def data(self) -> MaskedLMData:
+        if self.task == "sft":
+            from turbotrain.bench.sft import sft_data
+
+            return sft_data(self)
         corpus = stdlib_corpus()
         tokenizer = train_tokenizer(corpus, min(self.vocab_size, 50265))
         if self.lengths == "variable":

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from turbotrain import modeling
 from turbotrain.utils.warnings import warn_once
 
 
@@ -90,15 +91,14 @@ def _forward(self: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
 
 def apply_embedding_grad(model: nn.Module) -> BufferedEmbeddingGrad | None:
     """Install the buffered gradient on the model's input embedding; None (with a warning) if it cannot."""
-    get_input = getattr(model, "get_input_embeddings", None)
-    embedding = get_input() if callable(get_input) else None
+    embedding = modeling.input_embedding(model)
     if type(embedding) is not nn.Embedding:
         return None  # nothing to speed up (no table, or a custom embedding module): silently stock
     if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
         warn_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "
                   "max_norm, scale_grad_by_freq or sparse gradients.")
         return None
-    get_output = getattr(model, "get_output_embeddings", None)
-    output = get_output() if callable(get_output) else None
+    projection = modeling.output_projection(model)
+    output = modeling.output_linear(projection) or projection
     tied = output is not None and getattr(output, "weight", None) is embedding.weight
     return BufferedEmbeddingGrad(embedding, tied=tied)

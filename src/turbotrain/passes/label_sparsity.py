@@ -29,6 +29,11 @@ Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that
 (the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
+Chunked head: with `chunked_cross_entropy` installed (`fused_loss`, passes/chunked_ce.py) a call may hand
+its kept targets to it instead: the labels leave the model call, the output projection computes the loss
+on the gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head`
+calls are answered the same way, or left to TRL (passes/fused_head_calls.py).
+
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
@@ -54,6 +59,7 @@ from turbotrain.modeling import (
     is_seq2seq_lm,
     synthetic_batch,
 )
+from turbotrain.passes import fused_head_calls
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
@@ -135,6 +141,7 @@ class LabelSparsity(HookedPass):
         self._expected_rows = 0
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.fused_loss = None  # a ChunkedHead (passes/chunked_ce.py) that may take the head and loss over
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -165,6 +172,9 @@ class LabelSparsity(HookedPass):
         labels = kwargs.get("labels")
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
+        fused = fused_head_calls.is_fused_call(kwargs)  # TRL's fused LM head: answered by the chunked head
+        if fused and not fused_head_calls.can_compose(kwargs, self.fused_loss):
+            return None
         if "shift_labels" in kwargs:
             return None
         if self._given is not None:
@@ -172,6 +182,11 @@ class LabelSparsity(HookedPass):
         else:
             rows, kept = labelled_rows(labels, self.head.causal)
         self._rows, self._expected_rows = rows, labels.numel()
+        if fused:
+            targets = shifted_targets(labels, self.head.causal)
+            return args, self.fused_loss.take(kwargs, kept, fused=(rows, targets))
+        if self.fused_loss is not None and self.fused_loss.wants(kept.numel()):
+            return args, self.fused_loss.take(kwargs, kept)
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
@@ -204,6 +219,8 @@ class LabelSparsity(HookedPass):
 
     def _clear_rows(self, module, args, output):
         self._rows = None
+        if self.fused_loss is not None and self.fused_loss.call is not None:
+            return self.fused_loss.finish(output)
         return None
 
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
 from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
@@ -24,17 +25,18 @@ class OptimizeReport:
 
     model_name: str
     label_sparsity: LabelSparsity | None = None
+    chunked_ce: ChunkedHead | None = None
     padding_free: PaddingFree | None = None
     embedding_grad: BufferedEmbeddingGrad | None = None
     skipped: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> list[str]:
-        names = ("label_sparsity", "padding_free", "embedding_grad")
+        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad")
         return [name for name in names if getattr(self, name) is not None]
 
     def undo(self) -> None:
-        for name in self.applied:
+        for name in reversed(self.applied):
             getattr(self, name).remove()
             setattr(self, name, None)
         self.skipped.clear()
@@ -49,11 +51,14 @@ class OptimizeReport:
 
 
 def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: bool = True,
-             embedding_grad: bool = True, self_check: bool = True) -> OptimizeReport:
+             embedding_grad: bool = True, chunked_cross_entropy: str = "auto",
+             self_check: bool = True) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
     Padding-free training also needs the batches packed: pass your collator through
     `report.collator(collator)` (TurboTrainer does this for its training dataloader).
+    `chunked_cross_entropy` ("auto", "always", "never"): the chunked head behind label sparsity
+    (passes/chunked_ce.py); "auto" uses it for calls whose kept logits would pass 64 MB.
     """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
@@ -63,6 +68,7 @@ def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: boo
         report.label_sparsity = apply_label_sparsity(model, check=self_check)
         if report.label_sparsity is None:
             report.skipped.append("label_sparsity")
+        report.chunked_ce = apply_chunked_ce(model, report.label_sparsity, chunked_cross_entropy, check=self_check)
     if padding_free:
         report.padding_free = apply_padding_free(model, check=self_check)
         if report.padding_free is None:

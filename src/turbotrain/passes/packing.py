@@ -20,7 +20,9 @@ number a left-padded sequence from its first pad, so packing it would change the
   gives each sequence's first token as an index into the flattened [R * C] rows;
 * `turbotrain_padded_labels`: the padded labels, so that Trainer counts `num_items_in_batch` on the
   very labels stock would see (its rule depends on the model's `loss_type`).
-The two `turbotrain_` keys are removed by the model-side hook before the model runs.
+* `turbotrain_real_tokens`: the number of real tokens (what the padded attention mask sums to), for
+  trainers that count tokens from the mask (TRL's `num_tokens` metric).
+The `turbotrain_` keys are removed by the model-side hook before the model runs.
 
 Waste: only each row's tail, under one sequence per row; stock dynamic padding wastes
 B * L - sum(lengths). Attention inside a row is dense with a block-diagonal mask: (C^2 per row).
@@ -37,7 +39,8 @@ from turbotrain.utils.warnings import warn_once
 
 SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS)
+REAL_TOKENS = "turbotrain_real_tokens"
+PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
     packed["position_ids"] = (positions + spec.position_offset).view(num_rows, capacity)
     packed["attention_mask"] = _block_mask(segment.view(num_rows, capacity), spec.causal)
     packed[SEQUENCE_STARTS] = starts
+    packed[REAL_TOKENS] = lengths.sum()
     return packed
 
 

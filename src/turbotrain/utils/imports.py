@@ -19,6 +19,8 @@ EXTRA_OF_PACKAGE = {
     "optuna": "hpo",
     "deepspeed": "deepspeed",
     "matplotlib": "plot",
+    "peft": "llm",
+    "trl": "llm",
 }
 
 
@@ -38,6 +40,14 @@ def is_optuna_available() -> bool:
 
 def is_jax_available() -> bool:
     return is_available("jax")
+
+
+def is_peft_available() -> bool:
+    return is_available("peft")
+
+
+def is_trl_available() -> bool:
+    return is_available("trl")
 
 
 def require(package: str, feature: str) -> None:

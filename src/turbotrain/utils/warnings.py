@@ -20,3 +20,11 @@ def warn_once(message: str) -> None:
     _already_warned.add(message)
     logger.warning(message)
     warnings.warn(message, TurbotrainWarning, stacklevel=3)
+
+
+def log_once(message: str) -> None:
+    """Log `message` at info level the first time only (a step aside that changes no number)."""
+    if message in _already_warned:
+        return
+    _already_warned.add(message)
+    logger.info(message)

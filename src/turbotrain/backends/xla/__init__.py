@@ -25,14 +25,15 @@ from __future__ import annotations
 
 from transformers import TrainingArguments
 
-from turbotrain.backends.base import Backend, BackendUnavailable
+from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.backends.xla.options import XlaOptions
 from turbotrain.hf_boundary import missing_loop_parts
 from turbotrain.utils.imports import is_available
 
 PACKAGES = ("jax", "torchax", "optax")
-NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook"}
+NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook",
+            "chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
 
 
 @register_backend

@@ -1,0 +1,280 @@
+"""Chunked linear cross-entropy: the head's logits on the kept rows, never all at once.
+
+Op -> module -> install, in this file:
+
+* op `LinearCrossEntropy` (autograd.Function): hidden [K, H], weight [V, H], bias [V] or None, targets
+  [K] -> per-row negative log-likelihood [K] (and, without gradient, per-row entropy and whether the
+  target is the arg-max, for TRL's metrics). Rows go through in chunks of `chunk_rows`: logits
+  z = h·Wᵀ + b [C, V] (fp32 for the softmax, as Transformers' loss upcasts), optional soft-capping
+  z = c·tanh(z / c) (Gemma-2), log-sum-exp, and then, still in the forward, the gradient of each row's
+  loss: dz = softmax(z) - onehot(target) (times 1 - tanh² under soft-capping), dh = dz·W [C, H],
+  dW += dzᵀ·h, db += Σ dz. Nothing is recomputed in the backward (PERF-NOTES: a recomputing chunked
+  head ran slower than dense on CPU; computing the gradient in the forward beat it). The backward only
+  scales: dh row k by grad_output[k] (exact for any weighting); dW and db by the one shared factor, which
+  requires the per-row weights to be equal (a sum or a mean of the rows: Transformers' losses and TRL's
+  "nll" loss). Unequal weights on a trainable head raise an error naming the option that turns this off.
+  A frozen head (LoRA) gets no dW at all, and hidden states that need no gradient get no dh.
+* module `ChunkedHead`: takes over the output projection (`get_output_embeddings()`, or the active
+  copy inside a PEFT `modules_to_save` wrapper) for one forward call: label sparsity hands it the kept
+  targets and strips the labels from the model call (so the model builds no logits and no loss), the
+  projection returns an empty [K, 0] placeholder in place of the logits, and the model's output gets
+  the loss: Σ nll / `num_items_in_batch` when Trainer passes it, else the mean over kept rows (stock's
+  reduction; no kept row gives NaN and zero gradients, as stock).
+* install `apply_chunked_ce(model, label_sparsity, mode)`: "auto" takes a call over only when its
+  kept logits would exceed `AUTO_BYTES` (K·V·4 > 64 MB), "always"/"never" force it. A self-check
+  compares the chunked loss with stock on a small batch; a mismatch leaves the model on plain label
+  sparsity with one warning. Refused: heads that are not a plain `nn.Linear` (LoRA on `lm_head`) and
+  logit scales other than soft-capping (the self-check would catch them too).
+
+Exact: per row the same log-sum-exp in fp32 as stock; dW is summed chunk by chunk in fp32 (float order
+only: ≤1e-6 relative measured at vocab 151,936, tests/passes/test_chunked_ce.py). Tied heads work: the
+weight is the embedding's, autograd adds both gradients into it. With `gradient_checkpointing=True`
+the head is outside the checkpointed layers, so nothing changes.
+Memory: one chunk of logits [chunk_rows, V] fp32 plus dW [V, H] (fp32) instead of [K, V] logits,
+their softmax and their gradient.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from turbotrain import modeling
+from turbotrain.passes import fused_head_calls
+from turbotrain.passes.self_check import compare_losses
+from turbotrain.utils.warnings import warn_once
+
+AUTO_BYTES = 64 * 2**20  # take over when the kept fp32 logits would be larger than this
+CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk (~220 rows at 151,936: dW's read-modify-write per chunk
+# made smaller chunks slower than dense on a 2-core CPU; at 128 MB the chunked head ran as fast as dense)
+MODES = ("auto", "always", "never")
+
+
+def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    return max(1, chunk_bytes // (4 * vocab))
+
+
+# --- op ----------------------------------------------------------------------------------------------
+
+
+def _chunk(h, weight, bias, target, softcap, want_stats):
+    """One chunk: (nll [C], dz [C, V] in weight's dtype, entropy [C] or None, is_top1 [C] or None)."""
+    z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
+    if bias is not None:
+        z += bias.float()
+    tanh = None
+    if softcap:
+        tanh = torch.tanh(z / softcap)
+        z = tanh * softcap
+    lse = torch.logsumexp(z, dim=1)  # [C]
+    rows = torch.arange(z.shape[0], device=z.device)
+    nll = lse - z[rows, target]
+    entropy = is_top1 = None
+    if want_stats:
+        is_top1 = z.argmax(dim=1) == target
+        probs = torch.exp(z - lse[:, None])
+        entropy = lse - (probs * z).sum(dim=1)
+        z = probs
+    else:
+        z.sub_(lse[:, None]).exp_()  # softmax, in place
+    z[rows, target] -= 1  # dz = softmax - onehot: d nll / d z
+    if softcap:
+        z.mul_(1 - tanh * tanh)
+    return nll, z.to(weight.dtype), entropy, is_top1
+
+
+class LinearCrossEntropy(torch.autograd.Function):
+    """Per-row NLL of a linear head, its gradients computed chunk by chunk in the forward (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
+        rows = hidden.shape[0]
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_b = bias is not None and ctx.needs_input_grad[2]
+        nll = hidden.new_empty(rows, dtype=torch.float32)
+        entropy = hidden.new_zeros(rows, dtype=torch.float32) if want_stats else None
+        is_top1 = hidden.new_zeros(rows, dtype=torch.bool) if want_stats else None
+        dh = torch.empty_like(hidden) if need_h else None
+        make = torch.zeros if rows == 0 else torch.empty  # the first chunk writes dW (no rows: zero gradient)
+        dw = make(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+        db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        for start in range(0, rows, chunk_rows):
+            part = slice(start, min(start + chunk_rows, rows))
+            h = hidden[part]
+            nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats)
+            if want_stats:
+                entropy[part], is_top1[part] = ent, top1
+            if need_h:
+                dh[part] = dz @ weight  # [C, V] x [V, H] -> [C, H]
+            if need_w:  # [V, C] x [C, H]; the first chunk writes dW, the others add to it
+                dz_t, h32 = dz.T.float(), h.float()
+                if start == 0:
+                    torch.mm(dz_t, h32, out=dw)
+                else:
+                    dw.addmm_(dz_t, h32)
+            if need_b:
+                db += dz.sum(dim=0, dtype=torch.float32)
+        ctx.save_for_backward(dh, dw, db)
+        ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
+        outputs = (nll, entropy, is_top1) if want_stats else (nll,)
+        for stat in outputs[1:]:
+            ctx.mark_non_differentiable(stat)
+        return outputs
+
+    @staticmethod
+    def backward(ctx, grad_nll, *unused):
+        dh, dw, db = ctx.saved_tensors
+        grad_h = grad_w = grad_b = None
+        if dh is not None:
+            grad_h = dh * grad_nll[:, None].to(dh.dtype)
+        if dw is not None or db is not None:
+            scale = _shared_factor(grad_nll)
+            # in place: the saved sums are used once (no retain_graph through a training loss)
+            grad_w = dw.mul_(scale).to(ctx.dtypes[0]) if dw is not None else None
+            grad_b = db.mul_(scale).to(ctx.dtypes[1]) if db is not None else None
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def _shared_factor(grad_nll: torch.Tensor) -> torch.Tensor:
+    """The one factor every row's loss is weighted by (dW was summed with weight 1 per row)."""
+    if grad_nll.numel() == 0:
+        return grad_nll.new_zeros(())
+    factor = grad_nll[0]
+    if not bool((grad_nll == factor).all()):
+        raise RuntimeError(
+            "turbotrain chunked cross-entropy: the per-token losses were weighted unequally (e.g. TRL's "
+            "loss_type='dft'), which the head's pre-summed gradient cannot follow; set "
+            "chunked_cross_entropy='never' for this run.")
+    return factor
+
+
+def linear_cross_entropy(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None, want_stats=False):
+    """Per-row NLL [K] (plus entropy [K], is_top1 [K] with `want_stats`) of the head on rows `hidden` [K, H]."""
+    chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
+    outputs = LinearCrossEntropy.apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats)
+    return outputs if want_stats else outputs[0]
+
+
+# --- module ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Call:
+    """What one model call handed over: the kept targets and how to reduce."""
+
+    targets: torch.Tensor
+    num_items: torch.Tensor | int | None
+    want_stats: bool = False
+    fused: tuple[torch.Tensor, torch.Tensor] | None = None  # TRL's fused call: (rows [K], shifted targets [B, T])
+    nll: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    is_top1: torch.Tensor | None = None
+
+
+class ChunkedHead:
+    """The installed pass: takes over the output projection for the calls label sparsity hands it."""
+
+    def __init__(self, model: nn.Module, projection: nn.Module, mode: str):
+        self.model, self.projection, self.mode = model, projection, mode
+        self.softcap = modeling.final_logit_softcapping(model)
+        self.vocab = modeling.output_linear(projection).out_features
+        self.call: Call | None = None
+        # answer TRL's fused_lm_head calls (fused_head_calls.py): only for a trainer known to sum the per-token
+        # losses with one weight (turbo(SFTTrainer) with loss_type="nll" sets it)
+        self.compose_fused_calls = False
+        projection.forward = types.MethodType(_projection_forward, projection)
+        projection._turbotrain_chunked_ce = self
+
+    def wants(self, kept_rows: int) -> bool:
+        return self.mode == "always" or (self.mode == "auto" and kept_rows * self.vocab * 4 > AUTO_BYTES)
+
+    def take(self, kwargs: dict, targets: torch.Tensor, fused: tuple | None = None) -> dict:
+        """Strip the labels from the model call and hold the kept targets for the projection.
+
+        `fused`: (rows, shifted targets) of a TRL `fused_lm_head` call, answered in TRL's form."""
+        self.call = Call(targets=targets, num_items=kwargs.get("num_items_in_batch"), want_stats=fused is not None,
+                         fused=fused)
+        drop = ("labels", "shift_labels", "num_items_in_batch", fused_head_calls.FLAG)
+        return {k: v for k, v in kwargs.items() if k not in drop}
+
+    def loss(self) -> torch.Tensor:
+        call = self.call
+        total = call.nll.sum()
+        divisor = call.num_items if call.num_items is not None else call.nll.numel()
+        if isinstance(divisor, torch.Tensor):
+            divisor = divisor.to(total.device)
+        return total / divisor
+
+    def finish(self, output):
+        """The model's output with the chunked loss in place of the (absent) stock one; clears the call."""
+        call = self.call
+        loss = self.loss() if call is not None and call.nll is not None else None
+        self.call = None
+        if loss is None or output is None:
+            return output
+        if call.fused is not None:
+            return fused_head_calls.fused_output(call, loss)
+        if isinstance(output, tuple):
+            return (loss, *output)
+        return type(output)(**{"loss": loss, **{k: v for k, v in output.items() if k != "loss"}})
+
+    def project(self, hidden: torch.Tensor) -> torch.Tensor:
+        call, linear = self.call, modeling.output_linear(self.projection)
+        flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
+        result = linear_cross_entropy(flat, linear.weight, linear.bias, call.targets, softcap=self.softcap,
+                                      want_stats=call.want_stats)
+        call.nll, call.entropy, call.is_top1 = result if call.want_stats else (result, None, None)
+        return hidden.new_empty(*hidden.shape[:-1], 0)  # [K, 0]: no logits
+
+    def remove(self) -> None:
+        self.projection.__dict__.pop("forward", None)
+        self.projection.__dict__.pop("_turbotrain_chunked_ce", None)
+
+
+def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
+    installed = self._turbotrain_chunked_ce
+    if installed.call is None or installed.call.nll is not None:
+        return type(self).forward(self, hidden, *args, **kwargs)
+    return installed.project(hidden)
+
+
+# --- install -----------------------------------------------------------------------------------------
+
+
+def self_check(model: nn.Module, label_sparsity, installed: ChunkedHead) -> str | None:
+    batch = modeling.synthetic_batch(model, [9, 7], seed=4321, ignore_every=3)
+    mode, installed.mode = installed.mode, "always"
+
+    def chunked():
+        with label_sparsity.forced():
+            return model(**batch)
+
+    try:
+        return compare_losses(model, lambda: model(**batch), chunked, "chunked cross-entropy")
+    finally:
+        installed.mode = mode
+
+
+def apply_chunked_ce(model: nn.Module, label_sparsity, mode: str = "auto", check: bool = True) -> ChunkedHead | None:
+    """Install the chunked head behind `label_sparsity` (an installed LabelSparsity); None if refused."""
+    if mode not in MODES:
+        raise ValueError(f"chunked_cross_entropy must be one of {', '.join(MODES)}, got {mode!r}")
+    if mode == "never" or label_sparsity is None:
+        return None
+    projection = modeling.output_projection(model)
+    if projection is None or modeling.output_linear(projection) is None:
+        warn_once(f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: its output "
+                  "head is not a plain linear layer (e.g. LoRA on lm_head).")
+        return None
+    installed = ChunkedHead(model, projection, mode)
+    label_sparsity.fused_loss = installed
+    problem = self_check(model, label_sparsity, installed) if check else None
+    if problem is not None:
+        label_sparsity.fused_loss = None
+        installed.remove()
+        warn_once(f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: {problem}.")
+        return None
+    return installed

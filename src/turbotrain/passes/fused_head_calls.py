@@ -1,0 +1,103 @@
+"""TRL's `fused_lm_head=True` calls, answered by label sparsity's kept rows and the chunked head.
+
+TRL 1.16's `SFTTrainer` patches the model's forward (`trl.trainer.utils.add_fused_lm_head`) and calls
+`model(**batch, fused_lm_head=True)`; that forward runs the backbone, then TRL's own chunked log-prob
+kernel over the head, and returns per-token `log_probs`, `entropy`, `is_top1` and `label_mask`
+[B, T - 1] (zero where the label is -100; [B, T] with `shift_labels`), from which TRL makes the loss
+(-Σ log_probs / num_items) and its `entropy` and `mean_token_accuracy` metrics. On a device without
+Triton TRL scores every position, prompt and padding included.
+
+Composed here: the call goes through the model's ordinary forward with the labels taken off (no
+logits built), the chunked head (chunked_ce.py) computes each kept row's NLL, entropy and arg-max
+match, and the answer TRL reads is rebuilt at its shape: the per-row values scattered back to the
+positions they came from, zeros elsewhere, `label_mask` = target != -100, `loss` as TRL's forward
+computes it. Same numbers as TRL's kernel (both are an fp32 log-softmax of the same logits).
+The gradient reaches the model through `log_probs` (TRL's loss is their sum times one factor, which
+the chunked head's pre-summed weight gradient requires).
+
+Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`).
+Stepped aside (TRL's own forward runs, one log line): every other caller (DPO, KTO, GRPO weight tokens
+unequally; `loss_type="dft"` too; a model given `optimize()` and handed to TRL), chunked cross-entropy
+set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.utils import ModelOutput
+
+from turbotrain.utils.warnings import log_once
+
+FLAG = "fused_lm_head"
+
+
+def sums_tokens(trainer) -> bool:
+    """TRL's SFTTrainer: its loss is a sum over tokens (so packing rows changes nothing)."""
+    return "SFTTrainer" in {cls.__name__ for cls in type(trainer).__mro__}
+
+
+def sums_log_probs(trainer) -> bool:
+    """TRL's SFTTrainer with the "nll" loss: loss = -Σ log_probs / n, one weight for every token."""
+    return sums_tokens(trainer) and getattr(trainer.args, "loss_type", "nll") == "nll"
+
+
+def is_fused_call(kwargs: dict) -> bool:
+    return bool(kwargs.get(FLAG))
+
+
+def can_compose(kwargs: dict, fused_loss) -> bool:
+    """Whether this fused call can be answered by the chunked head (else TRL's own forward runs)."""
+    reason = None
+    if fused_loss is None or fused_loss.mode == "never":
+        reason = "chunked cross-entropy is off"
+    elif not fused_loss.compose_fused_calls:
+        reason = "the trainer is not known to weight every token's loss alike (only SFTTrainer with loss_type='nll' is)"
+    elif kwargs.get("output_router_logits"):
+        reason = "MoE router losses are requested"
+    elif kwargs.get("shift_labels") is not None:
+        reason = "the labels come pre-shifted (context or sequence parallelism)"
+    if reason is not None:
+        log_once(f"turbotrain: TRL's fused LM head runs as TRL wrote it ({reason}); label sparsity steps aside "
+                  "for these calls")
+    return reason is None
+
+
+def strip(kwargs: dict) -> dict:
+    return {k: v for k, v in kwargs.items() if k != FLAG}
+
+
+def fused_output(call, loss: torch.Tensor):
+    """TRL's `FusedCausalLMOutput` for this call: per-row values scattered to [B, T], cut to [B, T - 1]."""
+    rows, targets = call.fused  # [K] positions in the flattened [B * T]; [B, T] shifted targets
+    batch, length = targets.shape
+    pre_shifted = False
+
+    def spread(values: torch.Tensor) -> torch.Tensor:  # [K] -> [B, T] (or [B, T - 1])
+        flat = values.new_zeros(batch * length).index_copy(0, rows, values)
+        full = flat.view(batch, length)
+        return full if pre_shifted else full[:, :-1]
+
+    label_mask = targets != -100
+    return _output_class()(
+        loss=loss, log_probs=spread(-call.nll), entropy=spread(call.entropy), is_top1=spread(call.is_top1),
+        label_mask=label_mask if pre_shifted else label_mask[:, :-1])
+
+
+def _output_class():
+    try:
+        from trl.trainer.utils import FusedCausalLMOutput
+    except ImportError:  # an older or newer TRL: the same fields on a plain ModelOutput
+        return _FusedOutput
+    return FusedCausalLMOutput
+
+
+@dataclass
+class _FusedOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    is_top1: torch.Tensor | None = None
+    label_mask: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None

@@ -1,0 +1,51 @@
+"""The sft workload: chat-style rows from the standard library, completion-only labels, its peers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.llm.helpers import needs_llm_extra
+from turbotrain.bench.runner import run_bench
+from turbotrain.bench.workload import Workload
+from turbotrain.data.chat import build_sft_data, function_rows
+
+
+def test_rows_are_signature_and_first_line_then_the_rest():
+    rows = function_rows(20)
+    assert len(rows) == 20
+    for prompt, completion in rows:
+        assert prompt.startswith("def ") and '"""' in prompt and completion.strip()
+
+
+def test_labels_are_the_completion_and_both_forms_share_token_ids():
+    from tests.llm.helpers import tokenizer
+
+    data = build_sft_data(tokenizer(), max_len=40, max_rows=12)
+    for ids, labels, mask in zip(data.train["input_ids"], data.train["labels"], data.trl_train["completion_mask"]):
+        assert len(ids) == len(labels) == len(mask) <= 40
+        assert labels == [t if m else -100 for t, m in zip(ids, mask)]
+        assert mask[0] == 0 and 1 in mask
+    assert data.train["input_ids"] == data.trl_train["input_ids"]
+
+
+def test_sft_peers_and_lengths_are_checked():
+    with pytest.raises(ValueError, match="unknown sft peers"):
+        Workload(task="sft", lengths="variable", peers=("stock", "compiled"))
+    with pytest.raises(ValueError, match="needs lengths='variable'"):
+        Workload(task="sft", peers=("stock", "turbo"))
+
+
+@pytest.mark.slow
+@needs_llm_extra[1]
+def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
+    workload = Workload(task="sft", lengths="variable", hidden_size=32, num_layers=1, num_heads=2, seq_len=48,
+                        vocab_size=3000, batch_size=4, rounds=1, steps=2, warmup=1, lora=True,
+                        peers=("stock", "trl", "trl+turbo", "turbo"))
+    run_bench(workload, out_dir=tmp_path)
+    peers = json.loads((tmp_path / "bench.json").read_text())["peers"]
+    assert set(peers) == {"stock", "trl", "trl+turbo", "turbo"}
+    for name, row in peers.items():
+        assert row["max_rel_loss_diff"] < 1e-4, name
+    assert "chunked_ce" in peers["trl+turbo"]["passes"]

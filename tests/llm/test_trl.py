@@ -1,0 +1,98 @@
+"""TRL's SFTTrainer with turbotrain (`turbo(SFTTrainer)`, `turbo_arguments(SFTConfig)`): 10 steps give stock
+SFTTrainer's losses and metrics; where turbotrain cannot compose with TRL's fused head it steps aside."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.llm.helpers import decoder, lora_config, needs_llm_extra, prompt_completion_rows, tokenizer
+from tests.trainer_helpers import COMMON, assert_losses_close
+from turbotrain import optimize, turbo, turbo_arguments
+
+pytestmark = needs_llm_extra
+METRICS = ("loss", "entropy", "mean_token_accuracy", "num_tokens")
+
+
+def sft_history(tmp_path, with_turbo: bool, steps: int = 10, peft: bool = False, **config):
+    from trl import SFTConfig, SFTTrainer
+
+    trainer_class = turbo(SFTTrainer) if with_turbo else SFTTrainer
+    config_class = turbo_arguments(SFTConfig) if with_turbo else SFTConfig
+    args = config_class(output_dir=str(tmp_path / str(with_turbo)), **{**COMMON, "max_steps": steps}, use_cpu=True,
+                        **config)
+    trainer = trainer_class(model=decoder(), args=args, train_dataset=prompt_completion_rows(),
+                            processing_class=tokenizer(), peft_config=lora_config() if peft else None)
+    trainer.train()
+    return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+def assert_same_history(turbo_logs, stock_logs):
+    for metric in METRICS:
+        assert_losses_close([e[metric] for e in turbo_logs], [e[metric] for e in stock_logs], rtol=1e-4)
+
+
+@pytest.mark.parametrize("completion_only_loss", [True, False])
+def test_sft_golden_losses_and_metrics(tmp_path, completion_only_loss):
+    trainer, turbo_logs = sft_history(tmp_path, True, completion_only_loss=completion_only_loss)
+    applied = trainer.turbo_report.applied
+    assert {"label_sparsity", "chunked_ce", "padding_free"} <= set(applied), applied
+    assert trainer.turbo_report.chunked_ce.compose_fused_calls
+    _, stock_logs = sft_history(tmp_path, False, completion_only_loss=completion_only_loss)
+    assert_same_history(turbo_logs, stock_logs)
+
+
+def test_sft_with_peft_config_golden_losses(tmp_path):
+    trainer, turbo_logs = sft_history(tmp_path, True, steps=4, peft=True)
+    assert "label_sparsity" in trainer.turbo_report.applied and "Peft" in trainer.turbo_report.model_name
+    _, stock_logs = sft_history(tmp_path, False, steps=4, peft=True)
+    assert_same_history(turbo_logs, stock_logs)
+
+
+def test_dft_loss_steps_aside_with_the_stock_numbers(tmp_path, caplog):
+    with caplog.at_level("INFO", logger="turbotrain"):
+        _, turbo_logs = sft_history(tmp_path, True, steps=2, loss_type="dft")
+    assert "TRL's fused LM head runs as TRL wrote it" in caplog.text
+    _, stock_logs = sft_history(tmp_path, False, steps=2, loss_type="dft")
+    assert_same_history(turbo_logs, stock_logs)
+
+
+def test_sft_config_keeps_trl_padding_free_and_carries_turbotrain_s(tmp_path):
+    from trl import SFTConfig
+
+    args = turbo_arguments(SFTConfig)(output_dir=str(tmp_path), turbo_padding_free=False, use_cpu=True)
+    assert args.padding_free is False and args.turbo_padding_free is False
+    assert turbo_arguments(SFTConfig)(output_dir=str(tmp_path), use_cpu=True).turbo_padding_free is True
+
+
+def test_optimized_model_in_stock_sft_trainer_does_not_crash(tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    model = decoder()
+    optimize(model)
+    args = SFTConfig(output_dir=str(tmp_path), **{**COMMON, "max_steps": 2}, use_cpu=True)
+    SFTTrainer(model=model, args=args, train_dataset=prompt_completion_rows(), processing_class=tokenizer()).train()
+
+
+def test_dpo_trainer_steps_aside_with_the_stock_numbers(tmp_path):
+    from datasets import Dataset
+    from trl import DPOConfig, DPOTrainer
+
+    rows = prompt_completion_rows(16)
+    pairs = Dataset.from_dict({"prompt": rows["prompt"], "chosen": rows["completion"],
+                               "rejected": list(reversed(rows["completion"]))})
+    losses = []
+    for trainer_class, config_class in ((turbo(DPOTrainer), turbo_arguments(DPOConfig)), (DPOTrainer, DPOConfig)):
+        args = config_class(output_dir=str(tmp_path), **{**COMMON, "max_steps": 2}, use_cpu=True)
+        trainer = trainer_class(model=decoder(), ref_model=decoder(), args=args, train_dataset=pairs,
+                                processing_class=tokenizer())
+        trainer.train()
+        losses.append([entry["loss"] for entry in trainer.state.log_history if "loss" in entry])
+    assert_losses_close(*losses)
+
+
+@pytest.mark.parametrize("trl_option", [{"padding_free": True, "max_length": None}, {"packing": True}])
+def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
+    trainer, turbo_logs = sft_history(tmp_path, True, steps=3, **trl_option)
+    assert "chunked_ce" in trainer.turbo_report.applied
+    _, stock_logs = sft_history(tmp_path, False, steps=3, **trl_option)
+    assert_same_history(turbo_logs, stock_logs)
