@@ -24,7 +24,8 @@ Op -> module -> install, in this file:
   kept logits would exceed `AUTO_BYTES` (K·V·4 > 64 MB), "always"/"never" force it. A self-check
   compares the chunked loss with stock on a small batch; a mismatch leaves the model on plain label
   sparsity with one warning. Refused: heads that are not a plain `nn.Linear` (LoRA on `lm_head`) and
-  logit scales other than soft-capping (the self-check would catch them too).
+  logit scales other than soft-capping (the self-check would catch them too). Not used (one log
+  line): encoder-decoder LMs (T5, BART, Whisper), whose head label sparsity runs on the kept rows.
 
 Exact: per row the same log-sum-exp in fp32 as stock; dW is summed chunk by chunk in fp32 (float order
 only: ≤1e-6 relative measured at vocab 151,936, tests/passes/test_chunked_ce.py). Tied heads work: the
@@ -36,6 +37,7 @@ their softmax and their gradient.
 
 from __future__ import annotations
 
+import logging
 import types
 from dataclasses import dataclass
 
@@ -46,6 +48,8 @@ from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
+
+logger = logging.getLogger("turbotrain")
 
 AUTO_BYTES = 64 * 2**20  # take over when the kept fp32 logits would be larger than this
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk (~220 rows at 151,936: dW's read-modify-write per chunk
@@ -263,6 +267,10 @@ def apply_chunked_ce(model: nn.Module, label_sparsity, mode: str = "auto", check
     if mode not in MODES:
         raise ValueError(f"chunked_cross_entropy must be one of {', '.join(MODES)}, got {mode!r}")
     if mode == "never" or label_sparsity is None:
+        return None
+    if modeling.is_seq2seq_lm(model):  # not built for encoder-decoder calls yet: the dense head on kept rows stays
+        logger.info("turbotrain: chunked cross-entropy is not used for %s (encoder-decoder); label sparsity's "
+                    "head runs on the kept rows", type(model).__name__)
         return None
     projection = modeling.output_projection(model)
     if projection is None or modeling.output_linear(projection) is None:
