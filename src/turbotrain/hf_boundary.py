@@ -27,8 +27,6 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-from turbotrain.passes.packing import REAL_TOKENS
-
 LOOP_PARTS = ("_init_training_state", "_prepare_for_training", "_finalize_training", "_maybe_log_save_evaluate",
               "_track_num_input_tokens", "_get_learning_rate", "set_initial_training_values", "get_batch_samples")
 
@@ -73,6 +71,8 @@ class TrlTokenCount:
     Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
 
     def compute_loss(self, model, inputs, *args, **kwargs):
+        from turbotrain.passes.packing import REAL_TOKENS  # here: the boundary imports nothing of turbotrain's
+
         mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
         result = super().compute_loss(model, inputs, *args, **kwargs)
         if real is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
