@@ -65,7 +65,8 @@ def _bench_parser(sub) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
     p.add_argument("--lengths", default=d.lengths, choices=["fixed", "variable"],
                    help="fixed blocks, or paragraphs at their natural lengths with dynamic padding")
-    p.add_argument("--task", default=d.task, choices=["mlm", "cls"], help="cls needs --lengths variable")
+    p.add_argument("--task", default=d.task, choices=["mlm", "cls", "clm"],
+                   help="cls needs --lengths variable; clm: GPT-2 causal LM on fixed blocks")
     p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
     p.add_argument("--turbo-off", nargs="+", default=[], metavar="PASS",
                    help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "

@@ -9,18 +9,22 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from turbotrain.args import TurboTrainingArguments
+from turbotrain.bench.flops import StepWork, batch_work
 from turbotrain.bench.workload import Workload
 from turbotrain.data import MaskedLMData
 from turbotrain.trainer import TurboTrainer
 
 
 class CountingCollator:
-    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch."""
+    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch, and
+    the work (bench/flops.py) each batch makes a model execute with and without packing and label sparsity."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, causal: bool = False):
         self.inner = inner
+        self.causal = causal
         self.real: list[int] = []
         self.padded: list[int] = []
+        self.work: list[dict[tuple[bool, bool], StepWork]] = []  # (packed, sparse_head) -> work
 
     def __call__(self, features):
         batch = self.inner(features)
@@ -29,6 +33,8 @@ class CountingCollator:
             mask = torch.ones_like(batch["input_ids"])
         self.real.append(int(mask.sum()))
         self.padded.append(mask.numel())
+        self.work.append({(packed, sparse): batch_work(batch, packed=packed, sparse_head=sparse, causal=self.causal)
+                          for packed in (False, True) for sparse in (False, True)})
         return batch
 
 

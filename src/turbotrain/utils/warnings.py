@@ -20,3 +20,11 @@ def warn_once(message: str) -> None:
     _already_warned.add(message)
     logger.warning(message)
     warnings.warn(message, TurbotrainWarning, stacklevel=3)
+
+
+def log_once(message: str) -> None:
+    """Log `message` at WARNING level (visible in example scripts) the first time only; no Python warning."""
+    if message in _already_warned:
+        return
+    _already_warned.add(message)
+    logger.warning(message)
