@@ -18,6 +18,7 @@ from rich.console import Console
 from transformers import RobertaForMaskedLM, pipeline
 
 from turbotrain.args import TurboTrainingArguments
+from turbotrain.bench import flops
 from turbotrain.data import build_mlm_data, load_corpus, train_tokenizer
 from turbotrain.models import ModelShape
 from turbotrain.trainer import TurboTrainer
@@ -97,6 +98,10 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> Pretrai
     result = PretrainResult(output_dir, losses, eval_loss, seconds,
                             cfg.max_steps * cfg.batch_size * cfg.seq_len / seconds, predictions)
     print_summary(console, result)
+    sparse = "label_sparsity" in trainer.turbo_report.applied  # head on the masked 15% of rows
+    tokens = cfg.max_steps * cfg.batch_size * cfg.seq_len
+    console.print("MFU: " + flops.run_line(trainer.model, tokens=tokens, seq_len=cfg.seq_len, seconds=seconds,
+                                           head_rows=int(0.15 * tokens) if sparse else None))
     if cfg.export_onnx:
         export_for_deployment(console, output_dir)
     return result

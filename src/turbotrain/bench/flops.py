@@ -99,6 +99,17 @@ def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> tuple[float, f
     return achieved, achieved / peak_flops_per_s if peak_flops_per_s > 0 else 0.0
 
 
+def run_line(model: nn.Module, *, tokens: int, seq_len: int, seconds: float, head_rows: int | None = None,
+             bf16: bool = False, device: str | torch.device = "cpu") -> str:
+    """MFU of a whole training run on fixed blocks of `seq_len` (the main job's line): measures the peak
+    now (~1 s), counts `tokens` through the body, `head_rows` (default: all tokens) through the head."""
+    from turbotrain.bench.peak import matmul_peak
+
+    work = StepWork(tokens, tokens if head_rows is None else head_rows, tokens * seq_len)  # rows·T² = tokens·T
+    peak = matmul_peak(torch.bfloat16 if bf16 else torch.float32, device)
+    return describe(step_flops(ModelFlops.of(model), work), seconds, peak.flops_per_s, peak.dtype)
+
+
 def describe(flops: float, seconds: float, peak_flops_per_s: float, dtype: str) -> str:
     """One line for a log or a console: 'achieved 41.2 GFLOP/s = 48% of the measured fp32 matmul peak (85.9)'."""
     achieved, share = mfu(flops, seconds, peak_flops_per_s)

@@ -68,6 +68,17 @@ def _common(workload: Workload, output_dir: str) -> dict:
     )
 
 
+def peer_backend(peer: str, default: str) -> tuple[str, dict | None]:
+    """"turbo" -> (default, None); "turbo:inductor" -> ("inductor", None);
+    "turbo:inductor:scope=blocks" -> ("inductor", {"scope": "blocks"}) (options: key=value, comma-separated)."""
+    parts = peer.split(":", 2)
+    backend = parts[1] if len(parts) > 1 else default
+    if len(parts) < 3:
+        return backend, None
+    options = dict(item.split("=", 1) for item in parts[2].split(","))
+    return backend, {k: int(v) if v.isdigit() else v for k, v in options.items()}
+
+
 def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, collator, output_dir: str) -> Trainer:
     """A fresh trainer for `peer` on a fresh copy of `model`."""
     model = copy.deepcopy(model)
@@ -78,6 +89,7 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
         args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
         return Trainer(model=model, args=args, **kw)
     switched_off = {name: False for name in workload.turbo_off}
-    backend = peer.split(":", 1)[1] if ":" in peer else workload.backend  # "turbo:onnxruntime"
-    args = TurboTrainingArguments(backend=backend, **switched_off, **_common(workload, output_dir))
+    backend, options = peer_backend(peer, workload.backend)
+    args = TurboTrainingArguments(backend=backend, backend_options=options, **switched_off,
+                                  **_common(workload, output_dir))
     return TurboTrainer(model=model, args=args, **kw)

@@ -90,6 +90,8 @@ def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memo
     runs.backend = getattr(backend, "name", "")
     if backend is not None and backend.report():
         runs.backend_reports.append(backend.report())
+        if "choice" in backend.report():  # a backend that chooses (auto) names what it ran
+            runs.backend += f": {backend.report()['choice']}"
     report = getattr(trainer, "turbo_report", None)
     runs.passes = report.applied if report is not None else []
     executed = ("padding_free" in runs.passes, "label_sparsity" in runs.passes)
