@@ -38,11 +38,12 @@ class TurboOptions:
     """turbotrain's options of one run; plain TrainingArguments get the defaults."""
 
     backend: str = field(default=AUTO, metadata=_help(
-        "What executes the step: 'auto' (eager on CPU, inductor on CUDA), 'eager', 'inductor', 'onnxruntime', "
-        "'xla' (turbotrain/backends/)."))
+        "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own steps, "
+        "cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' (turbotrain/backends/)."))
     backend_options: dict | None = field(default=None, metadata=_help(
-        "Options of the chosen backend: onnxruntime (providers, cache_dir, check_first_run, session_options), "
-        "xla (num_devices, length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
+        "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
+        "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
+        "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
     label_sparsity: bool = field(default=True, metadata=_help(
         "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."))
     fused_optimizer: bool = field(default=True, metadata=_help(
@@ -120,7 +121,7 @@ class TurboArgumentsMixin:
 
     @property
     def resolved_backend(self) -> str:
-        """The backend name after resolving 'auto' for this run's device."""
+        """The backend name checked against the registry ('auto' is a backend of its own, backends/auto.py)."""
         return resolve_backend_name(self.backend, self.device)
 
 
