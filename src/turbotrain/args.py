@@ -26,7 +26,7 @@ from turbotrain.backends.registry import options_class_for
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
-SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad")
+SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad", "fused_activation")
 
 
 def _help(text: str) -> dict:
@@ -54,6 +54,9 @@ class TurboOptions:
     embedding_grad: bool = field(default=True, metadata=_help(
         "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
         "tensor every step (exact; passes/embedding_grad.py)."))
+    fused_activation: bool = field(default=True, metadata=_help(
+        "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
+        "(exact within float rounding; passes/fused_activation.py)."))
     max_tokens_per_batch: int | None = field(default=None, metadata=_help(
         "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
         "examples (data/token_budget.py; pairs well with padding_free)."))

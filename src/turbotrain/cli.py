@@ -70,7 +70,7 @@ def _bench_parser(sub) -> None:
     p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
     p.add_argument("--turbo-off", nargs="+", default=[], metavar="PASS",
                    help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
-                        "fused_optimizer")
+                        "fused_optimizer fused_activation")
     _add_model_flags(p, d)
 
 

@@ -16,7 +16,7 @@ import logging
 from transformers import TrainerCallback
 
 logger = logging.getLogger("turbotrain")
-PASSES = ("label_sparsity", "padding_free", "embedding_grad")
+PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_activation")
 
 
 def summary_line(backend_summary: str, applied: list[str], optim: str, not_active: dict[str, str]) -> str:
@@ -27,8 +27,11 @@ def summary_line(backend_summary: str, applied: list[str], optim: str, not_activ
     return line
 
 
-def not_active(requested, effective, applied: list[str], refused: dict[str, str]) -> dict[str, str]:
-    """Every pass that is not running, with why: option off, backend or trainer refusal, or the pass's own."""
+def not_active(requested, effective, applied: list[str], refused: dict[str, str],
+               skipped: list[str] = ()) -> dict[str, str]:
+    """Every requested pass that is not running, with why: option off, a backend or trainer refusal, or the
+    pass's own (`skipped`: its install refused the model, with a warning). A pass with nothing to do for
+    this model (no tanh GELU to fuse, a classifier for label sparsity) is not listed."""
     reasons = {}
     for name in PASSES:
         if name in applied:
@@ -37,7 +40,7 @@ def not_active(requested, effective, applied: list[str], refused: dict[str, str]
             reasons[name] = "off by option"
         elif name in refused:
             reasons[name] = refused[name]
-        elif getattr(effective, name):
+        elif getattr(effective, name) and name in skipped:
             reasons[name] = "refused for this model: see the warning above"
     return reasons
 

@@ -82,7 +82,8 @@ class TurboMixin(TrainerBoundary):
     def turbo_summary(self) -> str:
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
         applied = self.turbo_report.applied if self.turbo_report is not None else []
-        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused)
+        skipped = self.turbo_report.skipped if self.turbo_report is not None else []
+        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
         return summary_line(self.backend.summary(), applied, self.args.optim, missing)
 
     def _label_sparsity_allowed(self) -> bool:
@@ -100,7 +101,8 @@ class TurboMixin(TrainerBoundary):
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
                                      padding_free=self.turbo_options.padding_free,
-                                     embedding_grad=self.turbo_options.embedding_grad)
+                                     embedding_grad=self.turbo_options.embedding_grad,
+                                     fused_activation=self.turbo_options.fused_activation)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:

@@ -34,7 +34,7 @@ from turbotrain.data.variable import build_variable_length_data
 from turbotrain.models import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
-TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer")
+TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")
 LENGTHS = ("fixed", "variable")
 TASKS = ("mlm", "cls", "clm")
 
