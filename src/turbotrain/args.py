@@ -28,7 +28,7 @@ from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
 OFF_VALUES = {"chunked_cross_entropy": "never"}  # what "off" is for the options that are not plain switches
-SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad")
+SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad", "fused_activation")
 
 
 def _help(text: str) -> dict:
@@ -40,11 +40,12 @@ class TurboOptions:
     """turbotrain's options of one run; plain TrainingArguments get the defaults."""
 
     backend: str = field(default=AUTO, metadata=_help(
-        "What executes the step: 'auto' (eager on CPU, inductor on CUDA), 'eager', 'inductor', 'onnxruntime', "
-        "'xla' (turbotrain/backends/)."))
+        "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own steps, "
+        "cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' (turbotrain/backends/)."))
     backend_options: dict | None = field(default=None, metadata=_help(
-        "Options of the chosen backend: onnxruntime (providers, cache_dir, check_first_run, session_options), "
-        "xla (num_devices, length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
+        "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
+        "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
+        "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
     label_sparsity: bool = field(default=True, metadata=_help(
         "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."))
     fused_optimizer: bool = field(default=True, metadata=_help(
@@ -58,6 +59,9 @@ class TurboOptions:
     chunked_cross_entropy: str = field(default="auto", metadata=_help(
         "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
         "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."))
+    fused_activation: bool = field(default=True, metadata=_help(
+        "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
+        "(exact within float rounding; passes/fused_activation.py)."))
     max_tokens_per_batch: int | None = field(default=None, metadata=_help(
         "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
         "examples (data/token_budget.py; pairs well with padding_free)."))
@@ -147,7 +151,7 @@ class TurboArgumentsMixin:
 
     @property
     def resolved_backend(self) -> str:
-        """The backend name after resolving 'auto' for this run's device."""
+        """The backend name checked against the registry ('auto' is a backend of its own, backends/auto.py)."""
         return resolve_backend_name(self.backend, self.device)
 
 

@@ -73,14 +73,15 @@ def _bench_parser(sub) -> None:
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
     p.add_argument("--lengths", default=d.lengths, choices=["fixed", "variable"],
                    help="fixed blocks, or paragraphs at their natural lengths with dynamic padding")
-    p.add_argument("--task", default=d.task, choices=["mlm", "cls", "sft"],
-                   help="cls and sft need --lengths variable; sft: decoder fine-tuning, peers stock trl trl+turbo turbo")
+    p.add_argument("--task", default=d.task, choices=["mlm", "cls", "clm", "sft"],
+                   help="cls and sft need --lengths variable; clm: GPT-2 causal LM on fixed blocks; "
+                        "sft: decoder fine-tuning, peers stock trl trl+turbo turbo")
     p.add_argument("--lora", action="store_true", help="sft: train PEFT LoRA adapters only")
     p.add_argument("--untied", action="store_true", help="sft: separate input and output embeddings")
     p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
     p.add_argument("--turbo-off", nargs="+", default=[], metavar="PASS",
                    help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
-                        "fused_optimizer")
+                        "fused_optimizer fused_activation")
     _add_model_flags(p, d)
 
 

@@ -20,6 +20,9 @@ is taught here once.
   through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
   `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
+* `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
+  Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
+  what regional compilation compiles once and reuses.
 * `synthetic_batch(model, ...)`: a small deterministic batch (private RNG, training RNG untouched) of
   uneven, right-padded rows with labels that fit the task: token ids for language models, class ids
   below `num_labels` for token and sequence classification. A speech model (`main_input_name` is
@@ -193,6 +196,22 @@ def num_classes(model: nn.Module) -> int:
         return max(int(getattr(unwrap(model).config, "num_labels", 2)), 1)
     head = unwrap(model).get_output_embeddings()
     return getattr(head, "out_features", None) or vocab_size(model)
+
+
+def repeated_blocks(model: nn.Module) -> list[nn.Module]:
+    """The blocks of the largest ModuleList of >= 2 modules of one class ([] if the model has none)."""
+    best: list[nn.Module] = []
+    best_size = 0
+    for module in unwrap(model).modules():
+        if not isinstance(module, nn.ModuleList) or len(module) < 2:
+            continue
+        children = list(module)
+        if len({type(child) for child in children}) != 1:
+            continue
+        size = sum(p.numel() for p in module.parameters())
+        if size > best_size:
+            best, best_size = children, size
+    return best
 
 
 def synthetic_batch(model: nn.Module, lengths: list[int], *, seed: int, ignore_every: int = 0,

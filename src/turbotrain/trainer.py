@@ -9,6 +9,9 @@ which forwards them to the public `turbo_*` methods here:
   TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
   options (`TurboOptions.without` what the backend turns off), choose the fused AdamW, and install the
   model passes (`optimize`) on the model the Trainer trains.
+* `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
+  when training begins, one WARNING-level line says which backend and passes are active and why any
+  requested pass is not (summary.py); an fp32 run on a CPU gets one more line on bf16 (bf16_hint.py).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
   prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
@@ -42,13 +45,15 @@ from transformers import Trainer
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
+from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
-from turbotrain.utils.warnings import warn_once
+from turbotrain.summary import SummaryCallback, not_active, summary_line
+from turbotrain.utils.warnings import log_once, warn_once
 
 logger = logging.getLogger("turbotrain")
 
@@ -64,17 +69,31 @@ class TurboMixin(TrainerBoundary):
         requested = TurboOptions.from_args(self.args)
         self.backend = get_backend(requested.backend_for(self.args.device), requested.backend_options)
         self.backend.check_available(self.args)
+        self.turbo_requested = requested
         self.turbo_options = requested.without(self.backend.turns_off, self.backend.name)
+        self.turbo_refused = {name: f"not used with backend {self.backend.name}: {why}"
+                              for name, why in self.backend.turns_off.items()}
         self.args.optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
             self.model = self.model_wrapped = self._prepare_model(self.model)
-        logger.info("turbotrain: backend=%s optim=%s; %s", self.backend.name, self.args.optim, self.turbo_report)
+        for callback in [*self.backend.callbacks(), SummaryCallback(self)]:
+            self.add_callback(callback)
+        if wants_hint(self.args):
+            log_once(bf16_hint(), logging.WARNING)
+
+    def turbo_summary(self) -> str:
+        """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
+        applied = self.turbo_report.applied if self.turbo_report is not None else []
+        skipped = self.turbo_report.skipped if self.turbo_report is not None else []
+        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
+        return summary_line(self.backend.summary(), applied, self.args.optim, missing)
 
     def _label_sparsity_allowed(self) -> bool:
         if not self.turbo_options.label_sparsity:
             return False
         if self.args.label_smoothing_factor != 0 or self.compute_loss_func is not None:
+            self.turbo_refused["label_sparsity"] = "label smoothing or a custom compute_loss_func reads the full logits"
             warn_once(
                 "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
                 "reads the full logits."
@@ -96,7 +115,8 @@ class TurboMixin(TrainerBoundary):
         self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
                                      padding_free=self._padding_free_allowed(),
                                      embedding_grad=self.turbo_options.embedding_grad,
-                                     chunked_cross_entropy=self.turbo_options.chunked_cross_entropy)
+                                     chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
+                                     fused_activation=self.turbo_options.fused_activation)
         if self.turbo_report.chunked_ce is not None:
             self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)

@@ -12,9 +12,10 @@ def test_builtin_backends_are_registered():
     assert {"eager", "inductor"} <= set(backend_names())
 
 
-def test_auto_is_eager_on_cpu_and_inductor_on_cuda():
-    assert resolve_backend_name("auto", torch.device("cpu")) == "eager"
-    assert resolve_backend_name("auto", torch.device("cuda")) == "inductor"
+def test_auto_is_the_measuring_backend_on_every_device():
+    for device in ("cpu", "cuda"):
+        assert resolve_backend_name("auto", torch.device(device)) == "auto"
+    assert get_backend("auto").summary().startswith("auto: ")
 
 
 def test_unknown_name_raises_with_valid_list():

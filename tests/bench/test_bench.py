@@ -38,7 +38,7 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path):
     turbo = saved["peers"]["turbo"]
     assert turbo["tokens_per_s"] > 0 and turbo["ratio_to_stock"] > 0
     assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step
-    assert "| turbo | eager |" in (tmp_path / "bench.md").read_text()
+    assert "| turbo | auto: eager |" in (tmp_path / "bench.md").read_text()  # 3 steps: too short to measure
     png = tmp_path / "bench.png"
     assert not is_available("matplotlib") or png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert result["peers"]["stock"]["ratio_to_stock"] == 1.0
@@ -77,3 +77,12 @@ def test_backend_lines_mention_eager_fallbacks_only_for_backends_that_report_the
     ort, xla = _data_lines({"peers": peers})
     assert ort == "turbo:onnxruntime (onnxruntime): graphs 7; graphs falling back to eager: 0."
     assert xla == "turbo:xla (xla): devices 4, compiles 1."
+
+
+def test_peer_names_carry_backend_and_options():
+    from turbotrain.bench.peers import peer_backend
+
+    assert peer_backend("turbo", "auto") == ("auto", None)
+    assert peer_backend("turbo:inductor", "auto") == ("inductor", None)
+    assert peer_backend("turbo:inductor:scope=blocks", "auto") == ("inductor", {"scope": "blocks"})
+    assert peer_backend("turbo:auto:min_steps=0,scope=blocks", "x") == ("auto", {"min_steps": 0, "scope": "blocks"})

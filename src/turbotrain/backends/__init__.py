@@ -1,6 +1,6 @@
 """What executes the step. A registry maps a name to a small class; see `base.Backend` for the interface."""
 
-from turbotrain.backends import eager, inductor, onnxruntime, xla  # noqa: F401  (registration)
+from turbotrain.backends import auto, eager, inductor, onnxruntime, xla  # noqa: F401  (registration)
 from turbotrain.backends.base import Backend, BackendUnavailable
 from turbotrain.backends.registry import (
     AUTO,

@@ -8,7 +8,8 @@ the trainer computes the effective options once (`TurboOptions.without`).
 
 `TurboTrainer` calls, in order: `check_available(args)` (raise `BackendUnavailable` naming what to
 install), then `wrap_model(model)` on the model the Trainer will train (`inductor` compiles it in
-place there). A backend whose step cannot run inside Trainer's loop (xla: no `loss.backward()`)
+place there; `unwrap_model` undoes that), then adds the backend's `callbacks()` to the Trainer (`auto`
+times the steps with one), and logs its `summary()` in the run's one-line summary. A backend whose step cannot run inside Trainer's loop (xla: no `loss.backward()`)
 returns its own loop from `training_loop(trainer)`; the trainer then calls it in place of Trainer's
 inner loop, after Trainer's `train()` has done the setup and resume. The trainer never branches on a
 backend's name.
@@ -69,6 +70,18 @@ class Backend:
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """Return the module the Trainer should train (default: the model itself)."""
         return model
+
+    def unwrap_model(self, model: nn.Module) -> nn.Module:
+        """Undo `wrap_model` in place (default: nothing to undo)."""
+        return model
+
+    def callbacks(self) -> list:
+        """TrainerCallbacks the trainer adds for this backend (default: none)."""
+        return []
+
+    def summary(self) -> str:
+        """What executes the step, in a few words, for the run's summary line."""
+        return self.name
 
     def training_loop(self, trainer):
         """A callable replacing Trainer's inner training loop (same arguments), or None to keep Trainer's."""

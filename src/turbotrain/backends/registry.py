@@ -6,8 +6,7 @@ import torch
 
 from turbotrain.backends.base import Backend
 
-AUTO = "auto"
-AUTO_CANDIDATES = ("eager", "inductor")  # what "auto" may resolve to (see auto_backend)
+AUTO = "auto"  # the default: a backend of its own (auto.py) that measures eager against inductor
 _BACKENDS: dict[str, type[Backend]] = {}
 
 
@@ -24,27 +23,16 @@ def backend_names() -> list[str]:
 
 
 def valid_choices() -> list[str]:
-    return [AUTO, *backend_names()]
-
-
-def auto_backend(device: torch.device) -> str:
-    """The default choice per device until measured choices exist.
-
-    eager on CPU: torch.compile measured slower than eager for training on 2-core CPUs (see benchmarks/);
-    inductor on CUDA, where compiled kernels win.
-    """
-    return "inductor" if torch.device(device).type == "cuda" else "eager"
+    return [AUTO, *(name for name in backend_names() if name != AUTO)]
 
 
 def options_class_for(name: str) -> list[type]:
-    """The options classes `backend_options` must fit for `name` ("auto": every backend it may pick)."""
-    names = AUTO_CANDIDATES if name == AUTO else (name,)
-    return [_BACKENDS[n].options_class for n in names if n in _BACKENDS]
+    """The options classes `backend_options` must fit for `name`."""
+    return [_BACKENDS[name].options_class] if name in _BACKENDS else []
 
 
 def resolve_backend_name(name: str, device: torch.device) -> str:
-    if name == AUTO:
-        return auto_backend(device)
+    """`name` checked against the registry (`device` kept for backends that resolve per device)."""
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend '{name}'; valid backends: {', '.join(valid_choices())}")
     return name

@@ -9,18 +9,22 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from turbotrain.args import TurboTrainingArguments
+from turbotrain.bench.flops import StepWork, batch_work
 from turbotrain.bench.workload import Workload
 from turbotrain.data import MaskedLMData
 from turbotrain.trainer import TurboTrainer
 
 
 class CountingCollator:
-    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch."""
+    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch, and
+    the work (bench/flops.py) each batch makes a model execute with and without packing and label sparsity."""
 
-    def __init__(self, inner):
+    def __init__(self, inner, causal: bool = False):
         self.inner = inner
+        self.causal = causal
         self.real: list[int] = []
         self.padded: list[int] = []
+        self.work: list[dict[tuple[bool, bool], StepWork]] = []  # (packed, sparse_head) -> work
 
     def __call__(self, features):
         batch = self.inner(features)
@@ -29,6 +33,8 @@ class CountingCollator:
             mask = torch.ones_like(batch["input_ids"])
         self.real.append(int(mask.sum()))
         self.padded.append(mask.numel())
+        self.work.append({(packed, sparse): batch_work(batch, packed=packed, sparse_head=sparse, causal=self.causal)
+                          for packed in (False, True) for sparse in (False, True)})
         return batch
 
 
@@ -62,6 +68,17 @@ def _common(workload: Workload, output_dir: str) -> dict:
     )
 
 
+def peer_backend(peer: str, default: str) -> tuple[str, dict | None]:
+    """"turbo" -> (default, None); "turbo:inductor" -> ("inductor", None);
+    "turbo:inductor:scope=blocks" -> ("inductor", {"scope": "blocks"}) (options: key=value, comma-separated)."""
+    parts = peer.split(":", 2)
+    backend = parts[1] if len(parts) > 1 else default
+    if len(parts) < 3:
+        return backend, None
+    options = dict(item.split("=", 1) for item in parts[2].split(","))
+    return backend, {k: int(v) if v.isdigit() else v for k, v in options.items()}
+
+
 def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, collator, output_dir: str) -> Trainer:
     """A fresh trainer for `peer` on a fresh copy of `model`."""
     if workload.task == "sft":
@@ -76,6 +93,7 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
         args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
         return Trainer(model=model, args=args, **kw)
     switched_off = {name: False for name in workload.turbo_off}
-    backend = peer.split(":", 1)[1] if ":" in peer else workload.backend  # "turbo:onnxruntime"
-    args = TurboTrainingArguments(backend=backend, **switched_off, **_common(workload, output_dir))
+    backend, options = peer_backend(peer, workload.backend)
+    args = TurboTrainingArguments(backend=backend, backend_options=options, **switched_off,
+                                  **_common(workload, output_dir))
     return TurboTrainer(model=model, args=args, **kw)

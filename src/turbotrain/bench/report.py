@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 import turbotrain
+from turbotrain.utils.cpu import cpu_model, matmul_flags
 from turbotrain.utils.plotting import is_matplotlib_available
 
 COLUMNS = [
@@ -23,6 +24,8 @@ COLUMNS = [
     ("tokens/s", "tokens_per_s"),
     ("x stock", "ratio_to_stock"),
     ("median step s", "median_step_s"),
+    ("GFLOP/s", "gflops_per_s"),
+    ("MFU", "mfu"),
     ("first step s", "first_step_s"),
     ("peak MB", "peak_memory_mb"),
     ("max abs dloss", "max_abs_loss_diff"),
@@ -31,13 +34,7 @@ COLUMNS = [
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    return cpu_model()
 
 
 def environment() -> dict:
@@ -45,6 +42,7 @@ def environment() -> dict:
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_name(),
         "cpu_cores": os.cpu_count(),
+        "cpu_flags": " ".join(matmul_flags()) or "none of amx_bf16 avx512_bf16 amx_tile",
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
@@ -63,6 +61,10 @@ def _cell(key: str, value) -> str:
         return value
     if key in {"max_abs_loss_diff", "max_rel_loss_diff"}:
         return f"{value:.1e}"
+    if key == "mfu":
+        return f"{value:.1%}"
+    if key == "gflops_per_s":
+        return f"{value:.1f}"
     if key == "ratio_to_stock":
         return f"{value:.2f}x"
     if key in {"median_step_s", "first_step_s"}:
@@ -77,7 +79,7 @@ def rows(result: dict) -> list[list[str]]:
 def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
-    task = {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification"}.get(w["task"]) or \
+    task = {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification", "clm": "GPT-2 causal LM"}.get(w["task"]) or \
         f"Qwen2-shaped SFT, {'LoRA' if w.get('lora') else 'full fine-tune'}, {'untied' if w.get('untied') else 'tied'},"
     off = f" (turbo without {', '.join(w['turbo_off'])})" if w.get("turbo_off") else ""
     lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
@@ -101,6 +103,12 @@ def markdown(result: dict) -> str:
 
 def _data_lines(result: dict) -> list[str]:
     lines = []
+    peak = result.get("matmul_peak")
+    if peak:
+        flags = result["environment"].get("cpu_flags")
+        lines.append(f"Matmul peak ({peak['dtype']}, {peak['size']}², measured at the start): "
+                     f"{peak['flops_per_s'] / 1e9:,.1f} GFLOP/s on {peak['device']}"
+                     f"{f' (CPU flags: {flags})' if flags else ''}; MFU = achieved FLOP/s (bench/flops.py) / that.")
     if "padding_share" in result:
         lines.append(f"Padding share of stock's batches (measured steps): {result['padding_share']:.0%}; "
                      f"tokens/s counts real tokens only.")

@@ -4,7 +4,10 @@ lengths="fixed" (default): masked LM on blocks of `seq_len` tokens, no padding a
 size: hidden 256, 4 layers, 4 heads, seq 128, vocabulary 50,265 (RoBERTa's), batch 16.
 lengths="variable": every paragraph at its natural length (truncated at `seq_len`), batched with the
 stock collators' dynamic padding (to the longest of the batch): `task="mlm"` masked LM, `task="cls"`
-sequence classification (label: does the paragraph mention "return"). On CPython 3.11 the median
+sequence classification (label: does the paragraph mention "return").
+task="clm" (fixed lengths only): causal LM on the same blocks with a GPT-2 model of the same size
+(`GPT2LMHeadModel`, learned positions, tied head; `--vocab-size 50257` for GPT-2's vocabulary): every
+position is labelled, so label sparsity and packing have nothing to remove (the dense case). On CPython 3.11 the median
 paragraph is 21 tokens and stock padding wastes ~66% of a batch of 16.
 
 The model's vocabulary is the workload's; the tokenizer is trained on the built-in corpus up to that
@@ -18,16 +21,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 import torch
-from transformers import RobertaForMaskedLM, RobertaForSequenceClassification
+from transformers import (
+    DataCollatorForLanguageModeling,
+    GPT2Config,
+    GPT2LMHeadModel,
+    RobertaForMaskedLM,
+    RobertaForSequenceClassification,
+)
 
 from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
 from turbotrain.data.variable import build_variable_length_data
 from turbotrain.models import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
-TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer")
+TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")
 LENGTHS = ("fixed", "variable")
-TASKS = ("mlm", "cls", "sft")  # sft: a decoder fine-tuned on chat-style rows (bench/sft.py)
+TASKS = ("mlm", "cls", "clm", "sft")  # clm: GPT-2 causal LM on fixed blocks; sft: chat-style rows (bench/sft.py)
 
 
 @dataclass
@@ -54,6 +63,8 @@ class Workload(ModelShape):
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
         if self.task in ("cls", "sft") and self.lengths == "fixed":
             raise ValueError(f"task='{self.task}' needs lengths='variable' (rows at their natural lengths)")
+        if self.task == "clm" and self.lengths != "fixed":
+            raise ValueError("task='clm' needs lengths='fixed' (causal LM on fixed blocks)")
         if self.task == "sft":
             self._check_sft_peers()
             return
@@ -101,8 +112,17 @@ class Workload(ModelShape):
 
             return sft_model(self)
         torch.manual_seed(self.seed)
+        if self.task == "clm":
+            return GPT2LMHeadModel(self.gpt2_config())
         model_class = RobertaForSequenceClassification if self.task == "cls" else RobertaForMaskedLM
         return model_class(self.roberta_config(dropout=self.dropout_probability))
+
+    def gpt2_config(self) -> GPT2Config:
+        """GPT-2 layout at this size: FFN 4 x hidden, learned positions for seq_len, tied head."""
+        p = self.dropout_probability
+        return GPT2Config(vocab_size=self.vocab_size, n_embd=self.hidden_size, n_layer=self.num_layers,
+                          n_head=self.num_heads, n_positions=self.seq_len, resid_pdrop=p, embd_pdrop=p,
+                          attn_pdrop=p, bos_token_id=0, eos_token_id=2, pad_token_id=1)
 
     def data(self) -> MaskedLMData:
         if self.task == "sft":
@@ -113,4 +133,7 @@ class Workload(ModelShape):
         tokenizer = train_tokenizer(corpus, min(self.vocab_size, 50265))
         if self.lengths == "variable":
             return build_variable_length_data(corpus, tokenizer, self.seq_len, self.task, seed=self.seed)
-        return build_mlm_data(corpus, tokenizer, seq_len=self.seq_len, eval_fraction=0, seed=self.seed)
+        data = build_mlm_data(corpus, tokenizer, seq_len=self.seq_len, eval_fraction=0, seed=self.seed)
+        if self.task == "clm":
+            data.collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = input_ids
+        return data

@@ -13,6 +13,7 @@ from torch import nn
 
 from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
 from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
+from turbotrain.passes.fused_activation import FusedActivation, apply_fused_activation, has_tanh_gelu
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
 
@@ -28,11 +29,12 @@ class OptimizeReport:
     chunked_ce: ChunkedHead | None = None
     padding_free: PaddingFree | None = None
     embedding_grad: BufferedEmbeddingGrad | None = None
+    fused_activation: FusedActivation | None = None
     skipped: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> list[str]:
-        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad")
+        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad", "fused_activation")
         return [name for name in names if getattr(self, name) is not None]
 
     def undo(self) -> None:
@@ -51,7 +53,7 @@ class OptimizeReport:
 
 
 def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: bool = True,
-             embedding_grad: bool = True, chunked_cross_entropy: str = "auto",
+             embedding_grad: bool = True, chunked_cross_entropy: str = "auto", fused_activation: bool = True,
              self_check: bool = True) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
@@ -75,5 +77,9 @@ def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: boo
             report.skipped.append("padding_free")
     if embedding_grad:
         report.embedding_grad = apply_embedding_grad(model)
+    if fused_activation:
+        report.fused_activation = apply_fused_activation(model)
+        if report.fused_activation is None and has_tanh_gelu(model):
+            report.skipped.append("fused_activation")
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report

@@ -56,6 +56,9 @@ class PretrainResult:
         return SIGNAL_EXIT.get(self.stopped_by, 1) if self.stopped_by else 0
 
 
+MASKED_SHARE = 0.15  # the collator's mlm_probability (pretrain/data.py)
+
+
 def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> PretrainResult:
     console = console or Console(quiet=not cfg.progress, soft_wrap=True)
     quiet_libraries()
@@ -118,8 +121,23 @@ def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Cur
         result.plot = plot_losses(runs, result.output_dir / "loss.png",
                                   result.compare.target_loss if result.compare else None)
     print_summary(console, result)
+    console.print("MFU: " + _mfu_line(trainer, prepared, result))
     if cfg.export_onnx:
         export_for_deployment(console, result.output_dir)
+
+
+def _mfu_line(trainer, prepared: Prepared, result: PretrainResult) -> str:
+    """The run's achieved FLOP/s against this machine's measured matmul peak (bench/flops.py's formula).
+
+    Attention is counted at the mean paragraph length; the head on the 15% masked rows when label
+    sparsity ran, on every token otherwise."""
+    from turbotrain.bench import flops
+
+    tokens = int(result.tokens_per_second * result.train_seconds)
+    mean_length = max(1, round(prepared.data.train_tokens / max(len(prepared.data.train), 1)))
+    sparse = trainer.turbo_report is not None and "label_sparsity" in trainer.turbo_report.applied
+    return flops.run_line(trainer.model, tokens=tokens, seq_len=mean_length, seconds=result.train_seconds,
+                          head_rows=int(MASKED_SHARE * tokens) if sparse else None)
 
 
 def export_for_deployment(console: Console, model_dir: Path) -> Path:

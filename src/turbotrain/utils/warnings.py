@@ -22,9 +22,10 @@ def warn_once(message: str) -> None:
     warnings.warn(message, TurbotrainWarning, stacklevel=3)
 
 
-def log_once(message: str) -> None:
-    """Log `message` at info level the first time only (a step aside that changes no number)."""
+def log_once(message: str, level: int = logging.INFO) -> None:
+    """Log `message` the first time only, no Python warning: INFO for a step aside that changes no number,
+    WARNING for what example scripts (which hide INFO) should show."""
     if message in _already_warned:
         return
     _already_warned.add(message)
-    logger.info(message)
+    logger.log(level, message)

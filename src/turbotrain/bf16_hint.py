@@ -1,0 +1,50 @@
+"""One line for a CPU run in fp32: would bf16 be faster on this CPU, measured?
+
+* The CPU has bf16 matmul units (`amx_bf16` or `avx512_bf16`, utils/cpu.py): time a bf16 and an fp32
+  matmul here (1024², best of 3 each, ~0.1 s on 2 cores, once per process) and say how much faster bf16
+  matmuls run. That is the bound on what `bf16=True` can give: only the matmul share of a step speeds up
+  (measured on an AMX Xeon: matmuls 6.2x, a GPT-2 step 1.75x).
+* It lacks them: bf16 is emulated (converted to fp32 around every matmul) and slower; say to keep fp32.
+
+Nothing is said for runs that already use bf16/fp16 or run on an accelerator.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+
+from turbotrain.bench.peak import matmul_peak
+from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
+
+
+@functools.lru_cache(maxsize=1)
+def measured_bf16_speedup() -> tuple[float, float, float]:
+    """(bf16 / fp32 matmul speed, fp32 GFLOP/s, bf16 GFLOP/s), 1024² matmuls on this CPU."""
+    fp32 = matmul_peak(torch.float32, size=1024, repeats=3).gflops
+    bf16 = matmul_peak(torch.bfloat16, size=1024, repeats=3).gflops
+    return bf16 / fp32, fp32, bf16
+
+
+def bf16_hint(flags: frozenset[str] | None = None,
+              measure: Callable[[], tuple[float, float, float]] = measured_bf16_speedup) -> str:
+    """The line to log for an fp32 CPU run (flags and the measurement injectable for tests)."""
+    flags = cpu_flags() if flags is None else flags
+    units = [flag for flag in BF16_UNITS if flag in flags]
+    if not units:
+        return (f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16): "
+                "bf16 would be emulated and slower than fp32 here; fp32 is the fast path.")
+    speedup, fp32, bf16 = measure()
+    if speedup < 1.1:
+        return (f"turbotrain: this CPU has {'/'.join(units)}, but bf16 matmuls measured only {speedup:.2f}x fp32 here "
+                f"({bf16:,.0f} vs {fp32:,.0f} GFLOP/s): fp32 is as fast.")
+    return (f"turbotrain: this CPU has bf16 matmul units ({'/'.join(units)}): bf16 matmuls measured {speedup:.1f}x "
+            f"faster than fp32 here ({bf16:,.0f} vs {fp32:,.0f} GFLOP/s); bf16=True would speed up the matmul share "
+            f"of each step by up to that (not the same numbers: bf16 rounds). Training in fp32 as asked.")
+
+
+def wants_hint(args) -> bool:
+    """An fp32 run on the CPU: the only case the hint speaks to."""
+    return args.device.type == "cpu" and not (args.bf16 or args.fp16)

@@ -1,0 +1,61 @@
+"""Every run logs one WARNING-level line: backend, active passes, optimizer, and what is not active and why;
+an fp32 CPU run gets one line on bf16 (bf16_hint.py)."""
+
+from __future__ import annotations
+
+import logging
+
+from tests.trainer_helpers import turbo_trainer
+from turbotrain.bf16_hint import bf16_hint
+from turbotrain.summary import not_active, summary_line
+
+
+def summary_records(caplog):
+    return [r for r in caplog.records if r.name == "turbotrain" and r.getMessage().startswith("turbotrain: backend")]
+
+
+def test_one_warning_level_summary_line_per_run(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path / "cache"))
+    trainer = turbo_trainer("roberta", tmp_path, max_steps=2, padding_free=False, label_smoothing_factor=0.1)
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        trainer.train()
+    (record,) = summary_records(caplog)
+    assert record.levelno == logging.WARNING
+    line = record.getMessage()
+    assert "backend auto: eager (a run of 2 steps is too short" in line and "passes: embedding_grad" in line
+    assert "padding_free (off by option)" in line
+    assert "label_sparsity (label smoothing or a custom compute_loss_func reads the full logits)" in line
+
+
+def test_backend_refusals_are_named():
+    from turbotrain.args import TurboOptions
+
+    requested = TurboOptions(backend="xla")
+    effective = requested.without({"padding_free": "static shapes"}, "xla")
+    reasons = not_active(requested, effective, ["label_sparsity"], {"padding_free": "not used with backend xla"},
+                         skipped=["embedding_grad"])  # fused_activation: nothing to do, not listed
+    assert reasons == {"padding_free": "not used with backend xla",
+                       "embedding_grad": "refused for this model: see the warning above"}
+    assert summary_line("xla", ["label_sparsity"], "adamw_torch", reasons).endswith(
+        "not active: padding_free (not used with backend xla); embedding_grad (refused for this model: see the "
+        "warning above)")
+
+
+def test_bf16_hint_says_emulated_without_bf16_units():
+    assert "bf16 would be emulated and slower" in bf16_hint(flags=frozenset({"avx2", "avx512f"}))
+
+
+def test_bf16_hint_reports_the_measured_speedup_with_amx():
+    line = bf16_hint(flags=frozenset({"amx_bf16", "amx_tile"}), measure=lambda: (6.2, 373.0, 2319.0))
+    assert "bf16 matmul units (amx_bf16)" in line and "measured 6.2x faster" in line and "2,319 vs 373" in line
+
+
+def test_bf16_hint_is_honest_when_bf16_is_not_faster():
+    line = bf16_hint(flags=frozenset({"avx512_bf16"}), measure=lambda: (0.9, 100.0, 90.0))
+    assert "only 0.90x fp32" in line
+
+
+def test_fp32_cpu_run_logs_the_bf16_line_at_warning(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        turbo_trainer("roberta", tmp_path, max_steps=1)
+    assert any("bf16" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
