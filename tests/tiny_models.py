@@ -112,3 +112,14 @@ def llm(vocab: int = LLM_VOCAB, tied: bool = True, seed: int = 0, softcap: float
         return Gemma2ForCausalLM(Gemma2Config(**sizes, head_dim=hidden // 2, final_logit_softcapping=softcap,
                                               attention_dropout=0.0))
     return Qwen2ForCausalLM(Qwen2Config(**sizes, attention_dropout=0.0))
+
+
+def as_user_subclass(model):
+    """The same weights in a user's own subclass of the model's class (defined outside Transformers)."""
+
+    class UserModel(type(model)):
+        pass
+
+    subclassed = UserModel(model.config)
+    subclassed.load_state_dict(model.state_dict())
+    return subclassed

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
 
 import turbotrain
-from tests.passes.test_label_sparsity import assert_same, loss_and_grads
+from tests.parity import assert_same, loss_and_grads
 from tests.tiny_seq2seq import batch, make
 from turbotrain.backends.ort_graph import STATS
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.passes.test_label_sparsity import loss_and_grads
+from tests.parity import assert_same_relative_to_scale, loss_and_grads
 from tests.tiny_models import LLM_VOCAB, VOCAB, llm
 from turbotrain import optimize
 from turbotrain.modeling import synthetic_batch
@@ -78,15 +78,7 @@ def test_unequal_row_weights_on_a_frozen_head_are_exact():
 
 def assert_same(stock, chunked, rtol=1e-5):
     """Loss within `rtol`; every gradient within `rtol` of its largest entry (float summation order only)."""
-    (loss_a, grads_a), (loss_b, grads_b) = stock, chunked
-    torch.testing.assert_close(loss_b, loss_a, rtol=rtol, atol=0, equal_nan=True)
-    assert grads_a.keys() == grads_b.keys()
-    for name, a in grads_a.items():
-        b = grads_b[name]
-        assert (a is None) == (b is None), name
-        if a is not None:
-            scale = a.abs().max().item() if torch.isfinite(loss_a) else 0.0
-            torch.testing.assert_close(b.to_dense(), a, rtol=0, atol=rtol * scale, msg=name)
+    assert_same_relative_to_scale(stock, chunked, rtol)
 
 
 def stock_and_chunked(model, mode="always"):

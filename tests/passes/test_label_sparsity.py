@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from tests.parity import assert_same, loss_and_grads
-from tests.tiny_models import CAUSAL, FAMILIES, batch, make
+from tests.tiny_models import CAUSAL, FAMILIES, as_user_subclass, batch, make
 from turbotrain import optimize
 from turbotrain.passes.label_sparsity import find_head
 from turbotrain.utils.warnings import TurbotrainWarning
@@ -141,13 +141,7 @@ def test_optimize_is_idempotent_and_undoable():
 
 
 def test_a_users_subclass_of_a_causal_lm_gets_the_shift():
-    base = make("gpt2", dropout=False)
-
-    class MyGPT2(type(base)):
-        pass
-
-    stock = MyGPT2(base.config)
-    stock.load_state_dict(base.state_dict())
+    stock = as_user_subclass(make("gpt2", dropout=False))
     sparse = copy.deepcopy(stock)
     assert optimize(sparse, padding_free=False).label_sparsity is not None
     inputs = batch(3, 37, keep=0.5)

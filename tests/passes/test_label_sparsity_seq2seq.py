@@ -8,7 +8,8 @@ import copy
 import pytest
 import torch
 
-from tests.passes.test_label_sparsity import assert_same, loss_and_grads
+from tests.parity import assert_same, loss_and_grads
+from tests.tiny_models import as_user_subclass
 from tests.tiny_seq2seq import FAMILIES, batch, make
 from turbotrain import optimize
 from turbotrain.passes.label_sparsity import find_head
@@ -82,13 +83,7 @@ def test_tied_output_embeddings_stay_tied():
 def test_a_users_subclass_of_whisper_gets_its_decoder_inputs_built():
     """Whisper has no prepare_decoder_input_ids_from_labels: the shift is found in its modeling module,
     through the class hierarchy, also for a subclass defined elsewhere."""
-    base = make("whisper")
-
-    class MyWhisper(type(base)):
-        pass
-
-    stock = MyWhisper(base.config)
-    stock.load_state_dict(base.state_dict())
+    stock = as_user_subclass(make("whisper"))
     sparse = copy.deepcopy(stock)
     assert optimize(sparse, padding_free=False).label_sparsity is not None
     inputs = batch("whisper", 2, 0, [9, 4], keep=0.7, seed=11)

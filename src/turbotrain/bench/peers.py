@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import copy
+import tempfile
 import time
+from collections.abc import Callable
 
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.args import TurboTrainingArguments
 from turbotrain.bench.flops import StepWork, batch_work
 from turbotrain.bench.workload import Workload
 from turbotrain.data import MaskedLMData
 from turbotrain.trainer import TurboTrainer
+
+
+def timed_train(make_trainer: Callable[[str], Trainer], memory) -> tuple[Trainer, list[float], float | None]:
+    """One benchmark segment: the trainer `make_trainer(scratch_dir)` builds trains with its step times
+    recorded and nothing printed; returns (trainer, seconds of each step, peak memory in MB or None)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = make_trainer(tmp)
+        clock = StepClock()
+        trainer.add_callback(clock)
+        trainer.remove_callback(PrinterCallback)
+        memory.reset()
+        trainer.train()
+        return trainer, clock.step_seconds(), memory.peak_mb()
 
 
 class CountingCollator:

@@ -18,18 +18,16 @@ weights on the same batches (A B C A B C ...). Per peer it reports:
 from __future__ import annotations
 
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, field
 
 import torch
 from rich.console import Console
 from rich.progress import Progress
-from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.bench.flops import ModelFlops, StepWork, step_flops
 from turbotrain.bench.memory import PeakMemory
 from turbotrain.bench.peak import matmul_peak
-from turbotrain.bench.peers import CountingCollator, StepClock, build_trainer
+from turbotrain.bench.peers import CountingCollator, build_trainer, timed_train
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import Workload
 from turbotrain.data.variable import length_histogram
@@ -70,16 +68,9 @@ def interleaved_order(peers: tuple[str, ...], rounds: int) -> list[tuple[int, st
 
 
 def run_segment(peer: str, workload: Workload, model, data, runs: PeerRuns, memory: PeakMemory) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        collator = CountingCollator(data.collator, causal=workload.task == "clm")
-        trainer = build_trainer(peer, workload, model, data, collator, tmp)
-        clock = StepClock()
-        trainer.add_callback(clock)
-        trainer.remove_callback(PrinterCallback)
-        memory.reset()
-        trainer.train()
-        peak = memory.peak_mb()
-    runs.step_seconds.append(clock.step_seconds())
+    collator = CountingCollator(data.collator, causal=workload.task == "clm")
+    trainer, seconds, peak = timed_train(lambda tmp: build_trainer(peer, workload, model, data, collator, tmp), memory)
+    runs.step_seconds.append(seconds)
     steps = len(runs.step_seconds[-1])
     runs.step_tokens.append(collator.real[:steps])
     runs.step_padded.append(collator.padded[:steps])

@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import json
 import statistics
-import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -36,11 +35,10 @@ from transformers import (
     WhisperFeatureExtractor,
     WhisperForConditionalGeneration,
 )
-from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.args import turbo_arguments
 from turbotrain.bench.memory import PeakMemory
-from turbotrain.bench.peers import StepClock
+from turbotrain.bench.peers import timed_train
 from turbotrain.bench.report import environment
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.trainer import turbo
@@ -159,15 +157,7 @@ class PeerRuns:
 
 def run_segment(peer: str, bench: Seq2SeqBench, model, dataset, collator, runs: PeerRuns, memory: PeakMemory):
     counter = LabelCounter(collator)
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = build_trainer(peer, bench, model, dataset, counter, tmp)
-        clock = StepClock()
-        trainer.add_callback(clock)
-        trainer.remove_callback(PrinterCallback)
-        memory.reset()
-        trainer.train()
-        peak = memory.peak_mb()
-    seconds = clock.step_seconds()
+    trainer, seconds, peak = timed_train(lambda tmp: build_trainer(peer, bench, model, dataset, counter, tmp), memory)
     if runs.first_step_s is None:
         runs.first_step_s = seconds[0]
     runs.seconds += seconds[bench.warmup:]
