@@ -35,8 +35,14 @@ from scripts.reliability_inputs import args_probes, export_probes, ondevice_prob
 from scripts.reliability_pretrain import pretrain_probes  # noqa: E402
 from scripts.reliability_training import checkpoint_probes, kill_probes  # noqa: E402
 
-KINDS = {"args": args_probes, "checkpoint": checkpoint_probes, "export": export_probes, "ondevice": ondevice_probes,
-         "kill": kill_probes, "pretrain": pretrain_probes}
+KINDS = {
+    "args": args_probes,
+    "checkpoint": checkpoint_probes,
+    "export": export_probes,
+    "ondevice": ondevice_probes,
+    "kill": kill_probes,
+    "pretrain": pretrain_probes,
+}
 
 
 def run_probes(probes: list[Probe], scratch: Path) -> list[tuple[Probe, str, str, float]]:
@@ -64,14 +70,23 @@ def markdown(rows) -> str:
     for kind in dict.fromkeys(probe.kind for probe, *_ in rows):
         got = Counter(outcome for probe, outcome, *_ in rows if probe.kind == kind)
         expected = sum(outcome == probe.expected for probe, outcome, *_ in rows if probe.kind == kind)
-        lines.append(f"| {kind} | {sum(got.values())} | " + " | ".join(str(got[o]) for o in OUTCOMES) +
-                     f" | {expected}/{sum(got.values())} |")
+        lines.append(
+            f"| {kind} | {sum(got.values())} | "
+            + " | ".join(str(got[o]) for o in OUTCOMES)
+            + f" | {expected}/{sum(got.values())} |"
+        )
     total = Counter(outcome for _, outcome, *_ in rows)
-    lines.append(f"| **all** | {len(rows)} | " + " | ".join(str(total[o]) for o in OUTCOMES) +
-                 f" | {sum(o == p.expected for p, o, *_ in rows)}/{len(rows)} |")
+    lines.append(
+        f"| **all** | {len(rows)} | "
+        + " | ".join(str(total[o]) for o in OUTCOMES)
+        + f" | {sum(o == p.expected for p, o, *_ in rows)}/{len(rows)} |"
+    )
     lines += ["", "| kind | probe | expected | got | note | s |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p.kind} | {p.name} | {p.expected} | {'' if o == p.expected else '**'}{o}"
-              f"{'' if o == p.expected else '**'} | {note} | {s:.1f} |" for p, o, note, s in rows]
+    lines += [
+        f"| {p.kind} | {p.name} | {p.expected} | {'' if o == p.expected else '**'}{o}"
+        f"{'' if o == p.expected else '**'} | {note} | {s:.1f} |"
+        for p, o, note, s in rows
+    ]
     return "\n".join(lines) + "\n"
 
 

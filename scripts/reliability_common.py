@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CLEAR, RIGHT, TRACEBACK, WRONG, LOST, SKIPPED = ("clear message", "right behaviour", "traceback", "silent wrong",
-                                                 "data lost", "skipped")
+CLEAR, RIGHT, TRACEBACK, WRONG, LOST, SKIPPED = (
+    "clear message",
+    "right behaviour",
+    "traceback",
+    "silent wrong",
+    "data lost",
+    "skipped",
+)
 OUTCOMES = (CLEAR, RIGHT, TRACEBACK, WRONG, LOST, SKIPPED)
 
 
@@ -68,7 +74,9 @@ def judge_refusal(result: subprocess.CompletedProcess, pattern: str = ".") -> tu
 
 def cut(name: str, keep: float = 0.5) -> Callable[[Path], None]:
     """Damage: keep the first `keep` of `folder/name` (a write cut off, a full disk)."""
+
     def damage(folder: Path) -> None:
         data = (folder / name).read_bytes()
         (folder / name).write_bytes(data[: int(len(data) * keep)])
+
     return damage

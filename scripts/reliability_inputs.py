@@ -16,6 +16,7 @@ from scripts.reliability_common import CLEAR, LOST, RIGHT, SKIPPED, TRACEBACK, W
 
 # ---------------------------------------------------------------- export (in process, the CLI's main)
 
+
 def _export(*argv: str) -> tuple[int, str]:
     from turbotrain.cli import main
 
@@ -43,6 +44,7 @@ def _export_refusal(argv_of: Callable[[Path], list[str]], pattern: str) -> Calla
             return WRONG, "exported"
         clear = code > 0 and len(lines) == 1 and "Traceback" not in err and re.search(pattern, err)
         return (CLEAR if clear else TRACEBACK), (lines[-1][:110] if lines else "")
+
     return run
 
 
@@ -51,7 +53,11 @@ def _stale_variants(scratch: Path) -> tuple[str, str]:
     _export(str(model), str(out), "--optimize", "--quantize", "int8")
     _export(str(model), str(out))
     stale = sorted({"model.optimized.onnx", "model.int8.onnx"} & {p.name for p in out.iterdir()})
-    return (WRONG, f"left beside the new model.onnx: {stale}") if stale else (RIGHT, "the earlier export was replaced whole")
+    return (
+        (WRONG, f"left beside the new model.onnx: {stale}")
+        if stale
+        else (RIGHT, "the earlier export was replaced whole")
+    )
 
 
 def _failed_verification(scratch: Path) -> tuple[str, str]:
@@ -79,17 +85,26 @@ def export_probes() -> list[Probe]:
         (scratch / "mine" / "notes.txt").write_text("keep")
         return [str(_saved_model(scratch)), str(scratch / "mine")]
 
-    return [Probe("export", "model dir that does not exist", CLEAR,
-                  _export_refusal(lambda s: [str(s / "nope"), str(s / "onnx")], "does not exist")),
-            Probe("export", "folder without a model", CLEAR,
-                  _export_refusal(lambda s: [str(s), str(s / "onnx")], "config.json")),
-            Probe("export", "truncated model.safetensors", CLEAR, _export_refusal(truncated, "cannot be read")),
-            Probe("export", "target folder holding other files", CLEAR,
-                  _export_refusal(other_folder, "not an earlier export")),
-            Probe("export", "export over an earlier --optimize --quantize int8 export", RIGHT, _stale_variants),
-            Probe("export", "verification fails (--tolerance 0) over an earlier export", RIGHT, _failed_verification)]
-
-
+    return [
+        Probe(
+            "export",
+            "model dir that does not exist",
+            CLEAR,
+            _export_refusal(lambda s: [str(s / "nope"), str(s / "onnx")], "does not exist"),
+        ),
+        Probe(
+            "export",
+            "folder without a model",
+            CLEAR,
+            _export_refusal(lambda s: [str(s), str(s / "onnx")], "config.json"),
+        ),
+        Probe("export", "truncated model.safetensors", CLEAR, _export_refusal(truncated, "cannot be read")),
+        Probe(
+            "export", "target folder holding other files", CLEAR, _export_refusal(other_folder, "not an earlier export")
+        ),
+        Probe("export", "export over an earlier --optimize --quantize int8 export", RIGHT, _stale_variants),
+        Probe("export", "verification fails (--tolerance 0) over an earlier export", RIGHT, _failed_verification),
+    ]
 
 
 # ---------------------------------------------------------------- on-device runtime (in process)
@@ -107,16 +122,20 @@ def _module(scratch: Path):
         from tests import tiny_models
 
         model = tiny_models.make("bert", task="cls", dropout=False, num_labels=2)
-        _ARTIFACTS["dir"] = export_training_artifacts(model, scratch.parent / "artifacts", trainable=["classifier."]
-                                                      ).directory
+        _ARTIFACTS["dir"] = export_training_artifacts(
+            model, scratch.parent / "artifacts", trainable=["classifier."]
+        ).directory
     shutil.copytree(_ARTIFACTS["dir"], scratch / "artifacts")
     return ondevice.Module(scratch / "artifacts")
 
 
 def _batch(size=2, length=7, **changes):
     rng = np.random.default_rng(0)
-    batch = {"input_ids": rng.integers(3, 97, (size, length)), "attention_mask": np.ones((size, length), np.int64),
-             "labels": rng.integers(0, 2, (size,))}
+    batch = {
+        "input_ids": rng.integers(3, 97, (size, length)),
+        "attention_mask": np.ones((size, length), np.int64),
+        "labels": rng.integers(0, 2, (size,)),
+    }
     return {**batch, **changes}
 
 
@@ -124,6 +143,7 @@ def _bad_batch(change: Callable[[dict], dict], pattern: str):
     def run(scratch: Path):
         module = _module(scratch)
         return raises_clearly(lambda: module.train_step(change(_batch())), pattern)
+
     return run
 
 
@@ -145,6 +165,7 @@ def _learning_rate(value: float):
             finite = all(np.isfinite(p).all() for p in module.params.values())
             return (LOST if not finite else WRONG), "the checkpoint was overwritten" + ("" if finite else " with NaN")
         return WRONG, "accepted (the save was refused)"
+
     return run
 
 
@@ -166,49 +187,68 @@ def _manifest(text: Callable[[dict], str], pattern: str):
         path = scratch / "artifacts" / "manifest.json"
         path.write_text(text(json.loads(path.read_text())))
         return raises_clearly(lambda: ondevice.Module(scratch / "artifacts"), pattern)
+
     return run
 
 
 def ondevice_probes() -> list[Probe]:
     ids = lambda b: b["input_ids"]  # noqa: E731
-    bad = {"negative token id (-100)": (lambda b: {**b, "input_ids": np.where(ids(b) == ids(b)[0, 0], -100, ids(b))},
-                                        r"outside \[0, 97\)"),
-           "token id past the vocabulary": (lambda b: {**b, "input_ids": ids(b) + 97}, r"outside \[0, 97\)"),
-           "float token ids": (lambda b: {**b, "input_ids": ids(b) + 0.5}, "integers"),
-           "label out of range": (lambda b: {**b, "labels": b["labels"] + 5}, r"outside \[0, 2\)"),
-           "sequence longer than the positions": (lambda b: _batch(length=129), "positions"),
-           "mask and ids of other lengths": (lambda b: {**b, "attention_mask": b["attention_mask"][:, :-1]},
-                                             "disagree"),
-           "labels for another batch size": (lambda b: {**b, "labels": np.zeros(3, np.int64)}, "disagree"),
-           "missing labels": (lambda b: {k: v for k, v in b.items() if k != "labels"}, "lacks 'labels'")}
-    probes = [Probe("ondevice", f"batch: {name}", CLEAR, _bad_batch(change, pattern))
-              for name, (change, pattern) in bad.items()]
-    probes += [Probe("ondevice", f"learning rate {value}", CLEAR, _learning_rate(value))
-               for value in (math.nan, math.inf, -1e-3)]
-    probes += [Probe("ondevice", "save_checkpoint with NaN weights", CLEAR, _save_nan),
-               Probe("ondevice", "garbage manifest.json", CLEAR, _manifest(lambda d: "{oops", "manifest.json")),
-               Probe("ondevice", "manifest.json without 'trainable'", CLEAR,
-                     _manifest(lambda d: json.dumps({k: v for k, v in d.items() if k != "trainable"}),
-                               "manifest.json.*trainable"))]
+    bad = {
+        "negative token id (-100)": (
+            lambda b: {**b, "input_ids": np.where(ids(b) == ids(b)[0, 0], -100, ids(b))},
+            r"outside \[0, 97\)",
+        ),
+        "token id past the vocabulary": (lambda b: {**b, "input_ids": ids(b) + 97}, r"outside \[0, 97\)"),
+        "float token ids": (lambda b: {**b, "input_ids": ids(b) + 0.5}, "integers"),
+        "label out of range": (lambda b: {**b, "labels": b["labels"] + 5}, r"outside \[0, 2\)"),
+        "sequence longer than the positions": (lambda b: _batch(length=129), "positions"),
+        "mask and ids of other lengths": (lambda b: {**b, "attention_mask": b["attention_mask"][:, :-1]}, "disagree"),
+        "labels for another batch size": (lambda b: {**b, "labels": np.zeros(3, np.int64)}, "disagree"),
+        "missing labels": (lambda b: {k: v for k, v in b.items() if k != "labels"}, "lacks 'labels'"),
+    }
+    probes = [
+        Probe("ondevice", f"batch: {name}", CLEAR, _bad_batch(change, pattern))
+        for name, (change, pattern) in bad.items()
+    ]
+    probes += [
+        Probe("ondevice", f"learning rate {value}", CLEAR, _learning_rate(value))
+        for value in (math.nan, math.inf, -1e-3)
+    ]
+    probes += [
+        Probe("ondevice", "save_checkpoint with NaN weights", CLEAR, _save_nan),
+        Probe("ondevice", "garbage manifest.json", CLEAR, _manifest(lambda d: "{oops", "manifest.json")),
+        Probe(
+            "ondevice",
+            "manifest.json without 'trainable'",
+            CLEAR,
+            _manifest(
+                lambda d: json.dumps({k: v for k, v in d.items() if k != "trainable"}), "manifest.json.*trainable"
+            ),
+        ),
+    ]
     return probes
 
 
 # ---------------------------------------------------------------- arguments and passes (in process)
 
+
 def _args(**kwargs):
     def run(scratch: Path):
         from turbotrain import TurboTrainingArguments
 
-        return raises_clearly(lambda: TurboTrainingArguments(output_dir=str(scratch), report_to="none", **kwargs),
-                              "|".join(kwargs))
+        return raises_clearly(
+            lambda: TurboTrainingArguments(output_dir=str(scratch), report_to="none", **kwargs), "|".join(kwargs)
+        )
+
     return run
 
 
 def _unknown_backend_option(scratch: Path):
     from tests.trainer_helpers import turbo_trainer
 
-    return raises_clearly(lambda: turbo_trainer("bert", scratch, backend="eager",
-                                                backend_options={"providerz": ["CPU"]}), "providerz")
+    return raises_clearly(
+        lambda: turbo_trainer("bert", scratch, backend="eager", backend_options={"providerz": ["CPU"]}), "providerz"
+    )
 
 
 def _token_classification_packs(family: str):
@@ -222,18 +262,25 @@ def _token_classification_packs(family: str):
         with warnings.catch_warnings(record=True):
             report = optimize(tiny_models.make(family, task="tok"), label_sparsity=False)
         return (RIGHT, "padding-free applied") if report.padding_free is not None else (WRONG, "stayed padded")
+
     return run
 
 
 def args_probes() -> list[Probe]:
-    values = {"max_tokens_per_batch='100'": {"max_tokens_per_batch": "100"},
-              "max_tokens_per_batch=2.5": {"max_tokens_per_batch": 2.5},
-              "max_tokens_per_batch=True": {"max_tokens_per_batch": True},
-              "max_tokens_per_batch=0": {"max_tokens_per_batch": 0},
-              "backend='tpu'": {"backend": "tpu"}, "label_sparsity='yes'": {"label_sparsity": "yes"}}
+    values = {
+        "max_tokens_per_batch='100'": {"max_tokens_per_batch": "100"},
+        "max_tokens_per_batch=2.5": {"max_tokens_per_batch": 2.5},
+        "max_tokens_per_batch=True": {"max_tokens_per_batch": True},
+        "max_tokens_per_batch=0": {"max_tokens_per_batch": 0},
+        "backend='tpu'": {"backend": "tpu"},
+        "label_sparsity='yes'": {"label_sparsity": "yes"},
+    }
     probes = [Probe("args", name, CLEAR, _args(**kwargs)) for name, kwargs in values.items()]
-    probes.append(Probe("args", "unknown backend_options key for eager (issue 12, the lead's)", CLEAR,
-                        _unknown_backend_option))
-    probes += [Probe("passes", f"padding-free on {family} token classification", RIGHT,
-                     _token_classification_packs(family)) for family in ("bert", "gpt2")]
+    probes.append(
+        Probe("args", "unknown backend_options key for eager (issue 12, the lead's)", CLEAR, _unknown_backend_option)
+    )
+    probes += [
+        Probe("passes", f"padding-free on {family} token classification", RIGHT, _token_classification_packs(family))
+        for family in ("bert", "gpt2")
+    ]
     return probes

@@ -14,17 +14,39 @@ from pathlib import Path
 
 from scripts.reliability_common import CLEAR, RIGHT, ROOT, SKIPPED, TRACEBACK, WRONG, Probe, cli, judge_refusal
 
-TINY = ["--vocab-size", "500", "--hidden-size", "16", "--layers", "1", "--heads", "2", "--seq-len", "128",
-        "--batch-size", "4", "--steps", "4", "--warmup-steps", "1", "--logging-steps", "2", "--quiet"]
-SENTENCES = ("The quick brown fox jumps over the lazy dog near the river bank.",
-             "A checkpoint is written after every few steps so that a run can resume.",
-             "Tokens are grouped into blocks of equal length before training starts.")
+TINY = [
+    "--vocab-size",
+    "500",
+    "--hidden-size",
+    "16",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--seq-len",
+    "128",
+    "--batch-size",
+    "4",
+    "--steps",
+    "4",
+    "--warmup-steps",
+    "1",
+    "--logging-steps",
+    "2",
+    "--quiet",
+]
+SENTENCES = (
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "A checkpoint is written after every few steps so that a run can resume.",
+    "Tokens are grouped into blocks of equal length before training starts.",
+)
 
 
 def _text(scratch: Path) -> Path:
     path = scratch / "text.txt"
-    path.write_text("\n\n".join(f"{SENTENCES[i % 3]} Paragraph {i} adds words {i * 7} and {i * 13}."
-                                for i in range(300)))
+    path.write_text(
+        "\n\n".join(f"{SENTENCES[i % 3]} Paragraph {i} adds words {i * 7} and {i * 13}." for i in range(300))
+    )
     return path
 
 
@@ -66,8 +88,13 @@ def _read_only_output(scratch: Path):
 
 
 def _popen(argv: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "turbotrain.cli", *argv], cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "turbotrain.cli", *argv],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 LONG = ("--steps", "100000")  # longer than any probe waits: the run is stopped by the probe
@@ -112,13 +139,22 @@ def _checkpoints(scratch: Path) -> list[int]:
 
 
 def pretrain_probes() -> list[Probe]:
-    bad = {"--steps 0": ["--steps", "0"], "--steps -1": ["--steps", "-1"], "--seq-len 0": ["--seq-len", "0"],
-           "--seq-len 1": ["--seq-len", "1"], "--seq-len 8": ["--seq-len", "8"], "--heads 0": ["--heads", "0"],
-           "--hidden-size 0": ["--hidden-size", "0"], "--layers 0": ["--layers", "0"]}
+    bad = {
+        "--steps 0": ["--steps", "0"],
+        "--steps -1": ["--steps", "-1"],
+        "--seq-len 0": ["--seq-len", "0"],
+        "--seq-len 1": ["--seq-len", "1"],
+        "--seq-len 8": ["--seq-len", "8"],
+        "--heads 0": ["--heads", "0"],
+        "--hidden-size 0": ["--hidden-size", "0"],
+        "--layers 0": ["--layers", "0"],
+    }
     probes = [Probe("pretrain", "a valid tiny run (the baseline of the others)", RIGHT, _valid_run)]
     probes += [Probe("pretrain", name, CLEAR, _refused(*flags)) for name, flags in bad.items()]
-    probes += [Probe("pretrain", "--lr inf", CLEAR, _lr_inf),
-               Probe("pretrain", "read-only existing --output-dir", CLEAR, _read_only_output),
-               Probe("pretrain", "two runs into one --output-dir at once", CLEAR, _two_runs_one_dir),
-               Probe("pretrain", "SIGINT mid-run, then --resume", RIGHT, _sigint_then_resume)]
+    probes += [
+        Probe("pretrain", "--lr inf", CLEAR, _lr_inf),
+        Probe("pretrain", "read-only existing --output-dir", CLEAR, _read_only_output),
+        Probe("pretrain", "two runs into one --output-dir at once", CLEAR, _two_runs_one_dir),
+        Probe("pretrain", "SIGINT mid-run, then --resume", RIGHT, _sigint_then_resume),
+    ]
     return probes

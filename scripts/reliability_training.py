@@ -17,9 +17,15 @@ from scripts.reliability_common import CLEAR, RIGHT, ROOT, TRACEBACK, WRONG, Pro
 
 # ---------------------------------------------------------------- kill and resume (subprocesses)
 
+
 def _worker(out: Path, log: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "tests.scale.resume_worker", str(out), str(log), *extra],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.scale.resume_worker", str(out), str(log), *extra],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _losses(path: Path) -> dict[int, float]:
@@ -75,22 +81,26 @@ def _kill_then_resume(scratch: Path, kills: list[tuple[str, int]]) -> tuple[str,
 
 
 def kill_probes() -> list[Probe]:
-    cases = {"SIGKILL after step 7, resume": [("step", 7)],
-             "SIGKILL twice at different steps, resume twice": [("step", 3), ("step", 9)],
-             "SIGKILL inside the write of checkpoint-6, resume": [("save", 6)],
-             "SIGKILL twice inside the write of the same checkpoint-6": [("save", 6), ("save", 6)]}
+    cases = {
+        "SIGKILL after step 7, resume": [("step", 7)],
+        "SIGKILL twice at different steps, resume twice": [("step", 3), ("step", 9)],
+        "SIGKILL inside the write of checkpoint-6, resume": [("save", 6)],
+        "SIGKILL twice inside the write of the same checkpoint-6": [("save", 6), ("save", 6)],
+    }
     return [Probe("kill", name, RIGHT, lambda s, k=kills: _kill_then_resume(s, k)) for name, kills in cases.items()]
 
 
 # ---------------------------------------------------------------- damaged checkpoints (in process)
+
 
 def _finished_run(scratch: Path, stock: bool = False) -> Path:
     from tests.trainer_helpers import stock_trainer, turbo_trainer
 
     folder = scratch.parent / ("stock-run" if stock else "turbo-run")
     if not folder.exists():
-        (stock_trainer if stock else turbo_trainer)("bert", folder, max_steps=4, save_strategy="steps",
-                                                    save_steps=2).train()
+        (stock_trainer if stock else turbo_trainer)(
+            "bert", folder, max_steps=4, save_strategy="steps", save_steps=2
+        ).train()
     return folder / ("stock" if stock else "turbo")
 
 
@@ -115,28 +125,45 @@ def _resume_damaged(scratch: Path, damage: Callable[[Path], None], stock=False, 
     said = [str(w.message) for w in caught if "checkpoint-4" in str(w.message)]
     first = recorder.steps[0] if recorder.steps else None
     if stock:
-        return (RIGHT if said and first == 5 else WRONG), (said[0][-110:] if said else f"resumed at step {first}, no word")
+        return (RIGHT if said and first == 5 else WRONG), (
+            said[0][-110:] if said else f"resumed at step {first}, no word"
+        )
     if first == 3 and len(said) == 1:
         return RIGHT, said[0].split(": ", 2)[-1][:110]
     return WRONG, f"resumed at step {first} with {len(said)} warnings"
 
 
-
-
 def checkpoint_probes() -> list[Probe]:
-    damages = {"truncated model.safetensors": cut("model.safetensors"), "truncated optimizer.pt": cut("optimizer.pt"),
-               "deleted optimizer.pt": lambda f: (f / "optimizer.pt").unlink(),
-               "deleted scheduler.pt": lambda f: (f / "scheduler.pt").unlink(),
-               "garbage trainer_state.json": lambda f: (f / "trainer_state.json").write_text("{not json"),
-               "deleted trainer_state.json": lambda f: (f / "trainer_state.json").unlink()}
-    probes = [Probe("checkpoint", f"{name}, resume=True", RIGHT, lambda s, d=d: _resume_damaged(s, d))
-              for name, d in damages.items()]
-    probes += [Probe("checkpoint", "explicit path to a checkpoint with garbage trainer_state.json", CLEAR,
-                     lambda s: _resume_damaged(s, damages["garbage trainer_state.json"], explicit=True)),
-               Probe("checkpoint", "explicit path that does not exist", CLEAR,
-                     lambda s: _resume_damaged(s, lambda f: shutil.rmtree(f), explicit=True)),
-               Probe("checkpoint", "stock Trainer checkpoint without optimizer.pt", RIGHT,
-                     lambda s: _resume_damaged(s, lambda f: (f / "optimizer.pt").unlink(), stock=True))]
+    damages = {
+        "truncated model.safetensors": cut("model.safetensors"),
+        "truncated optimizer.pt": cut("optimizer.pt"),
+        "deleted optimizer.pt": lambda f: (f / "optimizer.pt").unlink(),
+        "deleted scheduler.pt": lambda f: (f / "scheduler.pt").unlink(),
+        "garbage trainer_state.json": lambda f: (f / "trainer_state.json").write_text("{not json"),
+        "deleted trainer_state.json": lambda f: (f / "trainer_state.json").unlink(),
+    }
+    probes = [
+        Probe("checkpoint", f"{name}, resume=True", RIGHT, lambda s, d=d: _resume_damaged(s, d))
+        for name, d in damages.items()
+    ]
+    probes += [
+        Probe(
+            "checkpoint",
+            "explicit path to a checkpoint with garbage trainer_state.json",
+            CLEAR,
+            lambda s: _resume_damaged(s, damages["garbage trainer_state.json"], explicit=True),
+        ),
+        Probe(
+            "checkpoint",
+            "explicit path that does not exist",
+            CLEAR,
+            lambda s: _resume_damaged(s, lambda f: shutil.rmtree(f), explicit=True),
+        ),
+        Probe(
+            "checkpoint",
+            "stock Trainer checkpoint without optimizer.pt",
+            RIGHT,
+            lambda s: _resume_damaged(s, lambda f: (f / "optimizer.pt").unlink(), stock=True),
+        ),
+    ]
     return probes
-
-

@@ -37,8 +37,9 @@ def loss_and_grads(model: torch.nn.Module, inputs: dict, seed: int = 7, **kwargs
     return out.loss.detach(), grads
 
 
-def assert_same(expected: Step, got: Step, dtype: torch.dtype = torch.float32, rtol: float | None = None,
-                atol: float | None = None) -> None:
+def assert_same(
+    expected: Step, got: Step, dtype: torch.dtype = torch.float32, rtol: float | None = None, atol: float | None = None
+) -> None:
     """Same loss and the same gradient for every parameter (None where stock has none), within tolerance."""
     tolerance = TOLERANCES[dtype]
     rtol = tolerance.rtol if rtol is None else rtol

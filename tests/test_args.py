@@ -49,6 +49,8 @@ def test_max_tokens_per_batch_must_be_a_positive_int(tmp_path, value):
         make_args(tmp_path, max_tokens_per_batch=value)
 
 
-@pytest.mark.skipif(token_budget.BatchRebalanceSampler is object, reason="Transformers < 5.17: refused with the version")
+@pytest.mark.skipif(
+    token_budget.BatchRebalanceSampler is object, reason="Transformers < 5.17: refused with the version"
+)
 def test_max_tokens_per_batch_accepts_an_int(tmp_path):
     assert make_args(tmp_path, max_tokens_per_batch=512).max_tokens_per_batch == 512

@@ -30,8 +30,8 @@ def test_a_checkpoint_counts_once_committed(tmp_path):
 
 def test_last_complete_checkpoint_sets_cut_off_ones_aside(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-2")
-    checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))          # killed mid-save
-    fake_checkpoint(tmp_path / "checkpoint-10", complete=False)             # stock Trainer, cut off early
+    checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))  # killed mid-save
+    fake_checkpoint(tmp_path / "checkpoint-10", complete=False)  # stock Trainer, cut off early
     with pytest.warns(UserWarning, match="cut off while being written"):
         assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
     assert (tmp_path / "incomplete-checkpoint-4").is_dir() and (tmp_path / "incomplete-checkpoint-10").is_dir()
@@ -54,11 +54,11 @@ def test_resuming_from_an_explicit_incomplete_checkpoint_is_refused(tmp_path):
 
 def test_a_second_cut_off_save_of_the_same_step_is_set_aside_too(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-2")
-    checkpoints.begin(fake_checkpoint(tmp_path / "incomplete-checkpoint-4"))   # from the first kill's resume
-    checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))              # the second kill, same step
+    checkpoints.begin(fake_checkpoint(tmp_path / "incomplete-checkpoint-4"))  # from the first kill's resume
+    checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))  # the second kill, same step
     with pytest.warns(UserWarning, match="cut off while being written"):
         assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
-    assert (tmp_path / "incomplete-checkpoint-4" / "model.safetensors").exists()   # the first one is kept
+    assert (tmp_path / "incomplete-checkpoint-4" / "model.safetensors").exists()  # the first one is kept
     assert [p.name for p in tmp_path.glob("incomplete-checkpoint-4*")] != ["incomplete-checkpoint-4"]
 
 
@@ -88,7 +88,8 @@ def resume(tmp_path, finished_run, damage, kind="turbo", resume_from=True):
     shutil.copytree(source, out)
     for checkpoint in out.glob("checkpoint-*"):
         (checkpoint / "trainer_state.json").write_text(
-            (checkpoint / "trainer_state.json").read_text().replace(str(source), str(out)))
+            (checkpoint / "trainer_state.json").read_text().replace(str(source), str(out))
+        )
     damage(out / "checkpoint-6")
     trainer = turbo_trainer("bert", tmp_path, **{**SAVES, "max_steps": 8})
     recorder = StepRecorder()
@@ -102,6 +103,7 @@ def truncate(name):
     def damage(folder):
         data = (folder / name).read_bytes()
         (folder / name).write_bytes(data[: len(data) // 2])
+
     return damage
 
 
@@ -114,16 +116,18 @@ def flip_a_byte(name):
         data = bytearray((folder / name).read_bytes())
         data[len(data) // 2] ^= 0xFF
         (folder / name).write_bytes(bytes(data))
+
     return damage
 
 
-DAMAGES = {"truncated model.safetensors": (truncate("model.safetensors"), "model.safetensors"),
-           "truncated optimizer.pt": (truncate("optimizer.pt"), "optimizer.pt"),
-           "deleted optimizer.pt": (delete("optimizer.pt"), "optimizer.pt"),
-           "deleted scheduler.pt": (delete("scheduler.pt"), "scheduler.pt"),
-           "flipped byte in model.safetensors": (flip_a_byte("model.safetensors"), "model.safetensors"),
-           "garbage trainer_state.json": (lambda f: (f / "trainer_state.json").write_text("{not json"),
-                                          "trainer_state.json")}
+DAMAGES = {
+    "truncated model.safetensors": (truncate("model.safetensors"), "model.safetensors"),
+    "truncated optimizer.pt": (truncate("optimizer.pt"), "optimizer.pt"),
+    "deleted optimizer.pt": (delete("optimizer.pt"), "optimizer.pt"),
+    "deleted scheduler.pt": (delete("scheduler.pt"), "scheduler.pt"),
+    "flipped byte in model.safetensors": (flip_a_byte("model.safetensors"), "model.safetensors"),
+    "garbage trainer_state.json": (lambda f: (f / "trainer_state.json").write_text("{not json"), "trainer_state.json"),
+}
 
 
 @pytest.mark.parametrize("case", sorted(DAMAGES))

@@ -16,8 +16,9 @@ from turbotrain.compiled_step import backend_of
 
 # one cross-attention down block, the mid block, one cross-attention up block: every kind of layer the
 # text-to-image UNet has, in the fewest graphs (Inductor compiles this one in ~3 min on 2 busy cores)
-SHAPE = UNetShape(sample_size=8, channels=(16,), cross_attention_dim=16, text_tokens=5, batch_size=3,
-                  train_timesteps=100)
+SHAPE = UNetShape(
+    sample_size=8, channels=(16,), cross_attention_dim=16, text_tokens=5, batch_size=3, train_timesteps=100
+)
 
 
 def step(unet, draw: int):
@@ -36,8 +37,13 @@ def assert_step_matches(got, expected, rtol=1e-5):
         assert (grads[name] - ref).abs().max() <= rtol * scale, name
 
 
-@pytest.mark.parametrize("backend", [pytest.param("inductor", marks=[pytest.mark.compile, pytest.mark.slow]),
-                                     pytest.param("onnxruntime", marks=pytest.mark.onnx)])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param("inductor", marks=[pytest.mark.compile, pytest.mark.slow]),
+        pytest.param("onnxruntime", marks=pytest.mark.onnx),
+    ],
+)
 def test_unet_training_step_matches_eager(backend):
     if backend == "onnxruntime":
         pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")

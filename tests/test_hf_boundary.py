@@ -25,27 +25,56 @@ TRAINER_SIGNATURES = {
     "_save_checkpoint": ("self", "model", "trial"),
     "_get_output_dir": ("self", "trial"),
     "_get_learning_rate": ("self",),
-    "_maybe_log_save_evaluate": ("self", "tr_loss", "grad_norm", "model", "trial", "epoch", "ignore_keys_for_eval",
-                                 "start_time", "learning_rate"),
+    "_maybe_log_save_evaluate": (
+        "self",
+        "tr_loss",
+        "grad_norm",
+        "model",
+        "trial",
+        "epoch",
+        "ignore_keys_for_eval",
+        "start_time",
+        "learning_rate",
+    ),
     "get_decay_parameter_names": ("self", "model"),
     "get_batch_samples": ("self", "epoch_iterator", "num_batches", "device"),
 }
 # the parts a backend with its own loop reuses (xla); Transformers 5.3 and later
 LOOP_SIGNATURES = {
-    "_init_training_state": ("self", "max_steps", "num_update_steps_per_epoch", "num_train_epochs",
-                             "resume_from_checkpoint", "trial"),
+    "_init_training_state": (
+        "self",
+        "max_steps",
+        "num_update_steps_per_epoch",
+        "num_train_epochs",
+        "resume_from_checkpoint",
+        "trial",
+    ),
     "_prepare_for_training": ("self", "max_steps", "train_dataloader", "resume_from_checkpoint"),
     "_finalize_training": ("self", "trial", "num_train_samples", "start_time"),
     "_track_num_input_tokens": ("self", "inputs"),
     "set_initial_training_values": ("self", "args", "dataloader"),
 }
 # attributes of a Trainer the boundary reads or sets, as Trainer's own loop does (5.3 and later)
-TRAINER_ATTRIBUTES = ("_train_batch_size", "_tr_loss", "_total_loss_scalar", "_globalstep_last_logged",
-                      "_initial_global_step", "_initial_num_input_tokens_seen")
+TRAINER_ATTRIBUTES = (
+    "_train_batch_size",
+    "_tr_loss",
+    "_total_loss_scalar",
+    "_globalstep_last_logged",
+    "_initial_global_step",
+    "_initial_num_input_tokens_seen",
+)
 # Transformers source files whose private names count as Transformers' private names
-TRANSFORMERS_SOURCES = ("trainer.py", "training_args.py", "trainer_utils.py", "trainer_pt_utils.py",
-                        "modeling_utils.py", "configuration_utils.py", "tokenization_utils_base.py",
-                        "masking_utils.py", "trainer_callback.py")
+TRANSFORMERS_SOURCES = (
+    "trainer.py",
+    "training_args.py",
+    "trainer_utils.py",
+    "trainer_pt_utils.py",
+    "modeling_utils.py",
+    "configuration_utils.py",
+    "tokenization_utils_base.py",
+    "masking_utils.py",
+    "trainer_callback.py",
+)
 
 
 def parameters(function) -> tuple[str, ...]:
@@ -79,8 +108,10 @@ def test_trainer_attribute_is_still_set_by_trainer(name):
 def test_attention_implementation_is_read_from_the_config():
     from transformers import BertConfig, BertModel
 
-    model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                                 vocab_size=100), add_pooling_layer=False)
+    model = BertModel(
+        BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, vocab_size=100),
+        add_pooling_layer=False,
+    )
     assert hf_boundary.attention_implementation(model.config) in {"sdpa", "eager"}
 
 

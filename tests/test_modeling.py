@@ -29,8 +29,9 @@ def test_a_users_subclass_keeps_its_parents_task():
 
 
 def test_seq2seq_and_unknown_models():
-    t5 = T5ForConditionalGeneration(T5Config(vocab_size=VOCAB, d_model=16, d_kv=4, d_ff=32, num_layers=1,
-                                             num_heads=2, decoder_start_token_id=0))
+    t5 = T5ForConditionalGeneration(
+        T5Config(vocab_size=VOCAB, d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2, decoder_start_token_id=0)
+    )
     assert modeling.task_of(t5) == modeling.SEQ2SEQ_LM and not modeling.is_causal_lm(t5)
     assert modeling.task_of(nn.Linear(2, 2)) is None
 
@@ -52,8 +53,16 @@ def test_synthetic_labels_fit_the_task():
     assert lm["input_ids"].shape == (3, 9) and lm["attention_mask"].sum().item() == 17
     assert (lm["labels"][lm["attention_mask"] == 0] == modeling.IGNORE_INDEX).all()
     assert (lm["labels"][:, ::3] == modeling.IGNORE_INDEX).all()
-    token = BertForTokenClassification(BertConfig(vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1,
-                                                  num_attention_heads=2, intermediate_size=32, num_labels=NUM_LABELS))
+    token = BertForTokenClassification(
+        BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=16,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            intermediate_size=32,
+            num_labels=NUM_LABELS,
+        )
+    )
     labels = modeling.synthetic_batch(token, [5, 3], seed=0)["labels"]
     assert labels.max().item() < NUM_LABELS  # class ids, not token ids
     classes = modeling.synthetic_batch(make("roberta", task="cls"), [4, 4], seed=0)["labels"]

@@ -32,13 +32,21 @@ def test_backend_refusals_are_named():
 
     requested = TurboOptions(backend="xla")
     effective = requested.without({"padding_free": "static shapes"}, "xla")
-    reasons = not_active(requested, effective, ["label_sparsity"], {"padding_free": "not used with backend xla"},
-                         skipped=["embedding_grad"])  # fused_activation: nothing to do, not listed
-    assert reasons == {"padding_free": "not used with backend xla",
-                       "embedding_grad": "refused for this model: see the warning above"}
+    reasons = not_active(
+        requested,
+        effective,
+        ["label_sparsity"],
+        {"padding_free": "not used with backend xla"},
+        skipped=["embedding_grad"],
+    )  # fused_activation: nothing to do, not listed
+    assert reasons == {
+        "padding_free": "not used with backend xla",
+        "embedding_grad": "refused for this model: see the warning above",
+    }
     assert summary_line("xla", ["label_sparsity"], "adamw_torch", reasons).endswith(
         "not active: padding_free (not used with backend xla); embedding_grad (refused for this model: see the "
-        "warning above)")
+        "warning above)"
+    )
 
 
 def test_bf16_hint_says_emulated_without_bf16_units():

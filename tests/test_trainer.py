@@ -32,14 +32,18 @@ def test_golden_losses_ten_steps_match_stock_trainer(family, tmp_path):
 
 def test_gradient_accumulation_matches_stock(tmp_path):
     kw = dict(gradient_accumulation_steps=2, max_steps=5)
-    assert_losses_close(train_losses(turbo_trainer("gpt2", tmp_path, **kw)),
-                        train_losses(stock_trainer("gpt2", tmp_path, **kw)))
+    assert_losses_close(
+        train_losses(turbo_trainer("gpt2", tmp_path, **kw)), train_losses(stock_trainer("gpt2", tmp_path, **kw))
+    )
 
 
 def test_bf16_autocast_matches_stock_loosely(tmp_path):
     kw = dict(bf16=True, use_cpu=not torch.cuda.is_available(), max_steps=4)
-    assert_losses_close(train_losses(turbo_trainer("roberta", tmp_path, **kw)),
-                        train_losses(stock_trainer("roberta", tmp_path, **kw)), rtol=2e-2)
+    assert_losses_close(
+        train_losses(turbo_trainer("roberta", tmp_path, **kw)),
+        train_losses(stock_trainer("roberta", tmp_path, **kw)),
+        rtol=2e-2,
+    )
 
 
 def test_label_smoothing_turns_sparsity_off_with_a_warning(tmp_path):
@@ -112,7 +116,9 @@ def test_hyperparameter_search_with_model_init(tmp_path):
     trainer = TurboTrainer(args=args, model_init=model_init, train_dataset=dataset(), eval_dataset=dataset(n=8))
     best = trainer.hyperparameter_search(
         hp_space=lambda trial: {"learning_rate": trial.suggest_float("learning_rate", 1e-4, 1e-2, log=True)},
-        backend="optuna", n_trials=3, direction="minimize",
+        backend="optuna",
+        n_trials=3,
+        direction="minimize",
     )
     assert 1e-4 <= best.hyperparameters["learning_rate"] <= 1e-2 and best.objective > 0
     assert len({id(m) for m in models}) == len(models) == 4  # one at init, one per trial

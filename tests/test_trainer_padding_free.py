@@ -19,8 +19,12 @@ from turbotrain import TurboTrainer, TurboTrainingArguments
 def run(trainer_class, args_class, family, task, tmp_path, **overrides):
     model = make(family, task=task, dropout=False)
     args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **{**COMMON, **overrides})
-    return trainer_class(model=model, args=args, train_dataset=variable_length_dataset(task=task),
-                         data_collator=RightPaddingCollator(model.config.pad_token_id or 0))
+    return trainer_class(
+        model=model,
+        args=args,
+        train_dataset=variable_length_dataset(task=task),
+        data_collator=RightPaddingCollator(model.config.pad_token_id or 0),
+    )
 
 
 @pytest.mark.parametrize("family,task", [("roberta", "lm"), ("gpt2", "lm"), ("bert", "cls"), ("distilbert", "cls")])

@@ -19,16 +19,21 @@ def speech_like_examples(n: int = 40, seed: int = 0) -> list[dict]:
     examples = []
     for _ in range(n):
         length = int(torch.randint(2, 20, (1,), generator=generator))
-        examples.append({"input_features": torch.randn(MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator).numpy(),
-                         "labels": torch.randint(4, VOCAB, (length,), generator=generator).tolist()})
+        examples.append(
+            {
+                "input_features": torch.randn(MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator).numpy(),
+                "labels": torch.randint(4, VOCAB, (length,), generator=generator).tolist(),
+            }
+        )
     return examples
 
 
 def trainers(tmp_path, family: str, data, collator):
     stock_args = Seq2SeqTrainingArguments(output_dir=str(tmp_path / "stock"), **COMMON)
     stock = Seq2SeqTrainer(model=make(family), args=stock_args, train_dataset=data, data_collator=collator)
-    turbo_args = turbo_arguments(Seq2SeqTrainingArguments)(output_dir=str(tmp_path / "turbo"), backend="eager",
-                                                          **COMMON)
+    turbo_args = turbo_arguments(Seq2SeqTrainingArguments)(
+        output_dir=str(tmp_path / "turbo"), backend="eager", **COMMON
+    )
     fast = turbo(Seq2SeqTrainer)(model=make(family), args=turbo_args, train_dataset=data, data_collator=collator)
     return stock, fast
 

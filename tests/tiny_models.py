@@ -30,38 +30,89 @@ VOCAB = 97  # odd on purpose
 NUM_LABELS = 3
 
 CONFIGS = {
-    "bert": (BertConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                              max_position_embeddings=128),
-             dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
-    "roberta": (RobertaConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
-                                    max_position_embeddings=130, pad_token_id=1),
-                dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
-    "distilbert": (DistilBertConfig, dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128),
-                   dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0)),
-    "gpt2": (GPT2Config, dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0,
-                              pad_token_id=0),
-             dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, classifier_dropout=0.0)),
-    "llama": (LlamaConfig, dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                                intermediate_size=64, max_position_embeddings=128, tie_word_embeddings=False,
-                                pad_token_id=0),
-              dict(attention_dropout=0.0, classifier_dropout=0.0)),
+    "bert": (
+        BertConfig,
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=128,
+        ),
+        dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    ),
+    "roberta": (
+        RobertaConfig,
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=130,
+            pad_token_id=1,
+        ),
+        dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
+    ),
+    "distilbert": (
+        DistilBertConfig,
+        dict(dim=32, n_layers=2, n_heads=4, hidden_dim=64, max_position_embeddings=128),
+        dict(dropout=0.0, attention_dropout=0.0, seq_classif_dropout=0.0),
+    ),
+    "gpt2": (
+        GPT2Config,
+        dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0, pad_token_id=0),
+        dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, classifier_dropout=0.0),
+    ),
+    "llama": (
+        LlamaConfig,
+        dict(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=128,
+            tie_word_embeddings=False,
+            pad_token_id=0,
+        ),
+        dict(attention_dropout=0.0, classifier_dropout=0.0),
+    ),
 }
-LM_CLASSES = {"bert": BertForMaskedLM, "roberta": RobertaForMaskedLM, "distilbert": DistilBertForMaskedLM,
-              "gpt2": GPT2LMHeadModel, "llama": LlamaForCausalLM}
-CLS_CLASSES = {"bert": BertForSequenceClassification, "roberta": RobertaForSequenceClassification,
-               "distilbert": DistilBertForSequenceClassification, "gpt2": GPT2ForSequenceClassification,
-               "llama": LlamaForSequenceClassification}
-TOKEN_CLASSES = {"bert": BertForTokenClassification, "roberta": RobertaForTokenClassification,
-                 "distilbert": DistilBertForTokenClassification, "gpt2": GPT2ForTokenClassification,
-                 "llama": LlamaForTokenClassification}
+LM_CLASSES = {
+    "bert": BertForMaskedLM,
+    "roberta": RobertaForMaskedLM,
+    "distilbert": DistilBertForMaskedLM,
+    "gpt2": GPT2LMHeadModel,
+    "llama": LlamaForCausalLM,
+}
+CLS_CLASSES = {
+    "bert": BertForSequenceClassification,
+    "roberta": RobertaForSequenceClassification,
+    "distilbert": DistilBertForSequenceClassification,
+    "gpt2": GPT2ForSequenceClassification,
+    "llama": LlamaForSequenceClassification,
+}
+TOKEN_CLASSES = {
+    "bert": BertForTokenClassification,
+    "roberta": RobertaForTokenClassification,
+    "distilbert": DistilBertForTokenClassification,
+    "gpt2": GPT2ForTokenClassification,
+    "llama": LlamaForTokenClassification,
+}
 CLASSES = {"lm": LM_CLASSES, "cls": CLS_CLASSES, "tok": TOKEN_CLASSES}  # task -> family -> model class
 FAMILIES = sorted(CONFIGS)
 CAUSAL = {"gpt2", "llama"}
 ENCODERS = sorted(set(FAMILIES) - CAUSAL)
 
 
-def make(family: str, seed: int = 0, dtype=torch.float32, task: str = "lm", dropout: bool = True,
-         num_labels: int = NUM_LABELS):
+def make(
+    family: str,
+    seed: int = 0,
+    dtype=torch.float32,
+    task: str = "lm",
+    dropout: bool = True,
+    num_labels: int = NUM_LABELS,
+):
     config_class, sizes, no_dropout = CONFIGS[family]
     config = config_class(vocab_size=VOCAB, num_labels=num_labels, **sizes, **({} if dropout else no_dropout))
     torch.manual_seed(seed)
@@ -78,8 +129,9 @@ def batch(batch_size: int, seq_len: int, keep: float, seed: int = 0, vocab: int 
     return {"input_ids": input_ids, "labels": labels}
 
 
-def padded_batch(lengths: list[int], task: str = "lm", keep: float = 0.3, seed: int = 0, pad_token_id: int = 0,
-                 left: bool = False):
+def padded_batch(
+    lengths: list[int], task: str = "lm", keep: float = 0.3, seed: int = 0, pad_token_id: int = 0, left: bool = False
+):
     """A right- (or left-) padded batch of sequences with the given lengths, as a padding collator makes."""
     generator = torch.Generator().manual_seed(seed)
     longest = max(lengths)
@@ -105,12 +157,21 @@ def llm(vocab: int = LLM_VOCAB, tied: bool = True, seed: int = 0, softcap: float
     """A one-layer Qwen2-shaped decoder (Gemma-2 with `softcap`) with a large vocabulary and a tiny body."""
     from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    sizes = dict(vocab_size=vocab, hidden_size=hidden, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=1, intermediate_size=2 * hidden, tie_word_embeddings=tied, pad_token_id=0)
+    sizes = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        intermediate_size=2 * hidden,
+        tie_word_embeddings=tied,
+        pad_token_id=0,
+    )
     torch.manual_seed(seed)
     if softcap is not None:
-        return Gemma2ForCausalLM(Gemma2Config(**sizes, head_dim=hidden // 2, final_logit_softcapping=softcap,
-                                              attention_dropout=0.0))
+        return Gemma2ForCausalLM(
+            Gemma2Config(**sizes, head_dim=hidden // 2, final_logit_softcapping=softcap, attention_dropout=0.0)
+        )
     return Qwen2ForCausalLM(Qwen2Config(**sizes, attention_dropout=0.0))
 
 

@@ -16,23 +16,68 @@ from transformers import (
 
 VOCAB = 97  # odd on purpose
 MEL_BINS, SOURCE_POSITIONS = 8, 16  # Whisper: 32 feature frames per example
-_BART_LIKE = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                  decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64)
+_BART_LIKE = dict(
+    d_model=32,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=64,
+    decoder_ffn_dim=64,
+    max_position_embeddings=64,
+)
 CONFIGS = {
-    "t5": (T5Config, T5ForConditionalGeneration,
-           dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_decoder_layers=2, num_heads=4, pad_token_id=0,
-                eos_token_id=1, decoder_start_token_id=0), dict(dropout_rate=0.0)),
-    "bart": (BartConfig, BartForConditionalGeneration,
-             dict(_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
-             dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
-    "marian": (MarianConfig, MarianMTModel, dict(_BART_LIKE, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
-               dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
-    "whisper": (WhisperConfig, WhisperForConditionalGeneration,
-                dict(num_mel_bins=MEL_BINS, d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-                     decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                     max_source_positions=SOURCE_POSITIONS, max_target_positions=64, pad_token_id=0, bos_token_id=1,
-                     eos_token_id=2, decoder_start_token_id=3, suppress_tokens=[], begin_suppress_tokens=[]),
-                dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
+    "t5": (
+        T5Config,
+        T5ForConditionalGeneration,
+        dict(
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_decoder_layers=2,
+            num_heads=4,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        ),
+        dict(dropout_rate=0.0),
+    ),
+    "bart": (
+        BartConfig,
+        BartForConditionalGeneration,
+        dict(_BART_LIKE, pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2),
+        dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
+    ),
+    "marian": (
+        MarianConfig,
+        MarianMTModel,
+        dict(_BART_LIKE, pad_token_id=0, eos_token_id=1, decoder_start_token_id=0),
+        dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
+    ),
+    "whisper": (
+        WhisperConfig,
+        WhisperForConditionalGeneration,
+        dict(
+            num_mel_bins=MEL_BINS,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            encoder_attention_heads=4,
+            decoder_attention_heads=4,
+            encoder_ffn_dim=64,
+            decoder_ffn_dim=64,
+            max_source_positions=SOURCE_POSITIONS,
+            max_target_positions=64,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            decoder_start_token_id=3,
+            suppress_tokens=[],
+            begin_suppress_tokens=[],
+        ),
+        dict(dropout=0.0, attention_dropout=0.0, activation_dropout=0.0),
+    ),
 }
 FAMILIES = sorted(CONFIGS)
 
@@ -54,7 +99,9 @@ def batch(family: str, rows: int, source_len: int, target_lengths: list[int], ke
     real = torch.arange(longest)[None, :] < torch.tensor(target_lengths)[:, None]
     labels[~real | (torch.rand(rows, longest, generator=generator) >= keep)] = -100
     if family == "whisper":
-        return {"input_features": torch.randn(rows, MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator),
-                "labels": labels}
+        return {
+            "input_features": torch.randn(rows, MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator),
+            "labels": labels,
+        }
     input_ids = torch.randint(4, VOCAB, (rows, source_len), generator=generator)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}

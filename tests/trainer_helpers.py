@@ -19,8 +19,17 @@ def dataset(n: int = 48, seq_len: int = 37, keep: float = 0.15, seed: int = 0) -
     return Dataset.from_dict({"input_ids": input_ids.tolist(), "labels": labels.tolist()})
 
 
-COMMON = dict(per_device_train_batch_size=4, max_steps=10, logging_steps=1, report_to="none", save_strategy="no",
-              seed=0, learning_rate=1e-3, disable_tqdm=True, dataloader_num_workers=0)
+COMMON = dict(
+    per_device_train_batch_size=4,
+    max_steps=10,
+    logging_steps=1,
+    report_to="none",
+    save_strategy="no",
+    seed=0,
+    learning_rate=1e-3,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+)
 
 
 def train_losses(trainer) -> list[float]:

@@ -23,18 +23,46 @@ from turbotrain.pretrain.setup import make_trainer, prepare
 
 BASE = dict(progress=False, plot=False, logging_steps=50, save_steps=10**6)
 CONFIGS = {
-    "A": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
-    "B": dict(hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
-    "C": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
-    "D": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=4000, learning_rate=1e-3),
-    "E": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3,
-              dropout=0.0),
-    "F": dict(hidden_size=384, num_layers=4, num_heads=6, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
-    "G": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=16, vocab_size=8000, learning_rate=1e-3),
-    "H": dict(hidden_size=256, num_layers=6, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
-    "B1": dict(hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3),
-    "J": dict(hidden_size=192, num_layers=3, num_heads=3, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3),
-    "I": dict(hidden_size=256, num_layers=4, num_heads=4, seq_len=64, batch_size=32, vocab_size=8000, learning_rate=1e-3),
+    "A": dict(
+        hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3
+    ),
+    "B": dict(
+        hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3
+    ),
+    "C": dict(
+        hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3
+    ),
+    "D": dict(
+        hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=32, vocab_size=4000, learning_rate=1e-3
+    ),
+    "E": dict(
+        hidden_size=256,
+        num_layers=4,
+        num_heads=4,
+        seq_len=128,
+        batch_size=32,
+        vocab_size=8000,
+        learning_rate=1e-3,
+        dropout=0.0,
+    ),
+    "F": dict(
+        hidden_size=384, num_layers=4, num_heads=6, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3
+    ),
+    "G": dict(
+        hidden_size=256, num_layers=4, num_heads=4, seq_len=128, batch_size=16, vocab_size=8000, learning_rate=1e-3
+    ),
+    "H": dict(
+        hidden_size=256, num_layers=6, num_heads=4, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3
+    ),
+    "B1": dict(
+        hidden_size=128, num_layers=2, num_heads=2, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=1e-3
+    ),
+    "J": dict(
+        hidden_size=192, num_layers=3, num_heads=3, seq_len=128, batch_size=32, vocab_size=8000, learning_rate=2e-3
+    ),
+    "I": dict(
+        hidden_size=256, num_layers=4, num_heads=4, seq_len=64, batch_size=32, vocab_size=8000, learning_rate=1e-3
+    ),
 }
 
 
@@ -79,17 +107,28 @@ def run(name: str, budget: float, per_step: float) -> dict:
     curve = HeldOutCurve(prepared.data.eval_batches, every=max(1, steps // 4))
     make_trainer(cfg, prepared, f"/tmp/sweep-{name}", [curve]).train()
     last = curve.curves.last
-    return dict(config=name, **CONFIGS[name], steps=steps, s_per_step=round(per_step, 3),
-                train_s=round(curve.curves.held_out[-1].seconds, 1), held_out_loss=round(last.loss, 3),
-                curve=[(p.step, round(p.value, 3)) for p in curve.curves.held_out], top1=round(last.top1, 4), top5=round(last.top5, 4), unigram_top1=round(prepared.data.unigram_top1, 4),
-                unigram_top5=round(prepared.data.unigram_top5, 4))
+    return dict(
+        config=name,
+        **CONFIGS[name],
+        steps=steps,
+        s_per_step=round(per_step, 3),
+        train_s=round(curve.curves.held_out[-1].seconds, 1),
+        held_out_loss=round(last.loss, 3),
+        curve=[(p.step, round(p.value, 3)) for p in curve.curves.held_out],
+        top1=round(last.top1, 4),
+        top5=round(last.top5, 4),
+        unigram_top1=round(prepared.data.unigram_top1, 4),
+        unigram_top5=round(prepared.data.unigram_top5, 4),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", type=float, default=150)
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS))
-    parser.add_argument("--steps", type=int, default=0, help="equal steps (tokens) for every config instead of a wall budget")
+    parser.add_argument(
+        "--steps", type=int, default=0, help="equal steps (tokens) for every config instead of a wall budget"
+    )
     parser.add_argument("--out", default="/tmp/sweep.jsonl")
     ns = parser.parse_args()
     per_step = probe_all(ns.configs, rounds=1)

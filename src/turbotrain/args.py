@@ -39,32 +39,68 @@ def _help(text: str) -> dict:
 class TurboOptions:
     """turbotrain's options of one run; plain TrainingArguments get the defaults."""
 
-    backend: str = field(default=AUTO, metadata=_help(
-        "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own steps, "
-        "cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' (turbotrain/backends/)."))
-    backend_options: dict | None = field(default=None, metadata=_help(
-        "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
-        "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
-        "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."))
-    label_sparsity: bool = field(default=True, metadata=_help(
-        "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."))
-    fused_optimizer: bool = field(default=True, metadata=_help(
-        "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."))
-    padding_free: bool = field(default=True, metadata=_help(
-        "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
-        "the collator pads (exact without dropout; passes/padding_free.py)."))
-    embedding_grad: bool = field(default=True, metadata=_help(
-        "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
-        "tensor every step (exact; passes/embedding_grad.py)."))
-    chunked_cross_entropy: str = field(default="auto", metadata=_help(
-        "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
-        "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."))
-    fused_activation: bool = field(default=True, metadata=_help(
-        "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
-        "(exact within float rounding; passes/fused_activation.py)."))
-    max_tokens_per_batch: int | None = field(default=None, metadata=_help(
-        "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
-        "examples (data/token_budget.py; pairs well with padding_free)."))
+    backend: str = field(
+        default=AUTO,
+        metadata=_help(
+            "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own steps, "
+            "cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' (turbotrain/backends/)."
+        ),
+    )
+    backend_options: dict | None = field(
+        default=None,
+        metadata=_help(
+            "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
+            "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
+            "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."
+        ),
+    )
+    label_sparsity: bool = field(
+        default=True,
+        metadata=_help(
+            "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."
+        ),
+    )
+    fused_optimizer: bool = field(
+        default=True,
+        metadata=_help(
+            "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."
+        ),
+    )
+    padding_free: bool = field(
+        default=True,
+        metadata=_help(
+            "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
+            "the collator pads (exact without dropout; passes/padding_free.py)."
+        ),
+    )
+    embedding_grad: bool = field(
+        default=True,
+        metadata=_help(
+            "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
+            "tensor every step (exact; passes/embedding_grad.py)."
+        ),
+    )
+    chunked_cross_entropy: str = field(
+        default="auto",
+        metadata=_help(
+            "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
+            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."
+        ),
+    )
+    fused_activation: bool = field(
+        default=True,
+        metadata=_help(
+            "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
+            "(exact within float rounding; passes/fused_activation.py)."
+        ),
+    )
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata=_help(
+            "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
+            "examples (data/token_budget.py; pairs well with padding_free)."
+        ),
+    )
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
@@ -80,8 +116,10 @@ class TurboOptions:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.chunked_cross_entropy not in CHUNKED_CE_MODES:
-            raise ValueError(f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
-                             f"got {self.chunked_cross_entropy!r}")
+            raise ValueError(
+                f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
+                f"got {self.chunked_cross_entropy!r}"
+            )
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
@@ -107,8 +145,11 @@ class TurboOptions:
 
 def _cpu_only_multiprocess() -> bool:
     """Launched as several processes (torchrun, accelerate launch) on a machine with no GPU."""
-    return int(os.environ.get("WORLD_SIZE", "1")) > 1 and not torch.cuda.is_available() and not (
-        hasattr(torch, "xpu") and torch.xpu.is_available())
+    return (
+        int(os.environ.get("WORLD_SIZE", "1")) > 1
+        and not torch.cuda.is_available()
+        and not (hasattr(torch, "xpu") and torch.xpu.is_available())
+    )
 
 
 def attribute_names(arguments_class: type) -> dict[str, str]:
@@ -144,8 +185,10 @@ class TurboArgumentsMixin:
         if _cpu_only_multiprocess() and not self.use_cpu:
             # Without use_cpu, Accelerate treats a torchrun launch on a machine with no accelerator as
             # not distributed: no gradient all-reduce, and Trainer still scales the loss by the process count.
-            logger.info("turbotrain: %s CPU processes and no accelerator: use_cpu=True (gloo data parallel)",
-                        os.environ.get("WORLD_SIZE"))
+            logger.info(
+                "turbotrain: %s CPU processes and no accelerator: use_cpu=True (gloo data parallel)",
+                os.environ.get("WORLD_SIZE"),
+            )
             self.use_cpu = True
         super().__post_init__()
 
@@ -168,17 +211,21 @@ _ARGUMENT_CLASSES: dict[type, type] = {TrainingArguments: TurboTrainingArguments
 def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingArguments]:
     """`arguments_class` (TRL's `SFTConfig`, `Seq2SeqTrainingArguments`, ...) with turbotrain's options added.
 
-        from trl import SFTConfig
-        TurboSFTConfig = turbotrain.turbo_arguments(SFTConfig)
-        args = TurboSFTConfig(output_dir="out", backend="eager", label_sparsity=True, ...)
+    from trl import SFTConfig
+    TurboSFTConfig = turbotrain.turbo_arguments(SFTConfig)
+    args = TurboSFTConfig(output_dir="out", backend="eager", label_sparsity=True, ...)
     """
     if isinstance(arguments_class, type) and issubclass(arguments_class, TurboArgumentsMixin):
         return arguments_class
     if not (isinstance(arguments_class, type) and issubclass(arguments_class, TrainingArguments)):
         raise TypeError(f"turbo_arguments() takes a TrainingArguments subclass, got {arguments_class!r}")
     if arguments_class not in _ARGUMENT_CLASSES:
-        namespace = {"__annotations__": {}, "__module__": __name__, "__qualname__": f"Turbo{arguments_class.__name__}",
-                     "__doc__": f"`{arguments_class.__name__}` with turbotrain's options (see `TurboOptions`)."}
+        namespace = {
+            "__annotations__": {},
+            "__module__": __name__,
+            "__qualname__": f"Turbo{arguments_class.__name__}",
+            "__doc__": f"`{arguments_class.__name__}` with turbotrain's options (see `TurboOptions`).",
+        }
         made = type(f"Turbo{arguments_class.__name__}", (TurboArgumentsMixin, arguments_class), namespace)
         _ARGUMENT_CLASSES[arguments_class] = _with_turbo_fields(made)
     return _ARGUMENT_CLASSES[arguments_class]

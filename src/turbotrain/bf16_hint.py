@@ -28,21 +28,28 @@ def measured_bf16_speedup() -> tuple[float, float, float]:
     return bf16 / fp32, fp32, bf16
 
 
-def bf16_hint(flags: frozenset[str] | None = None,
-              measure: Callable[[], tuple[float, float, float]] = measured_bf16_speedup) -> str:
+def bf16_hint(
+    flags: frozenset[str] | None = None, measure: Callable[[], tuple[float, float, float]] = measured_bf16_speedup
+) -> str:
     """The line to log for an fp32 CPU run (flags and the measurement injectable for tests)."""
     flags = cpu_flags() if flags is None else flags
     units = [flag for flag in BF16_UNITS if flag in flags]
     if not units:
-        return (f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16): "
-                "bf16 would be emulated and slower than fp32 here; fp32 is the fast path.")
+        return (
+            f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16): "
+            "bf16 would be emulated and slower than fp32 here; fp32 is the fast path."
+        )
     speedup, fp32, bf16 = measure()
     if speedup < 1.1:
-        return (f"turbotrain: this CPU has {'/'.join(units)}, but bf16 matmuls measured only {speedup:.2f}x fp32 here "
-                f"({bf16:,.0f} vs {fp32:,.0f} GFLOP/s): fp32 is as fast.")
-    return (f"turbotrain: this CPU has bf16 matmul units ({'/'.join(units)}): bf16 matmuls measured {speedup:.1f}x "
-            f"faster than fp32 here ({bf16:,.0f} vs {fp32:,.0f} GFLOP/s); bf16=True would speed up the matmul share "
-            f"of each step by up to that (not the same numbers: bf16 rounds). Training in fp32 as asked.")
+        return (
+            f"turbotrain: this CPU has {'/'.join(units)}, but bf16 matmuls measured only {speedup:.2f}x fp32 here "
+            f"({bf16:,.0f} vs {fp32:,.0f} GFLOP/s): fp32 is as fast."
+        )
+    return (
+        f"turbotrain: this CPU has bf16 matmul units ({'/'.join(units)}): bf16 matmuls measured {speedup:.1f}x "
+        f"faster than fp32 here ({bf16:,.0f} vs {fp32:,.0f} GFLOP/s); bf16=True would speed up the matmul share "
+        f"of each step by up to that (not the same numbers: bf16 rounds). Training in fp32 as asked."
+    )
 
 
 def wants_hint(args) -> bool:

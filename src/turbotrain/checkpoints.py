@@ -99,8 +99,9 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     output_dir = Path(output_dir)
     if not output_dir.is_dir():
         return None
-    found = sorted((int(m.group(1)), p) for p in output_dir.iterdir()
-                   if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    found = sorted(
+        (int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))
+    )
     for _, path in reversed(found):
         reason = problem(path)
         if reason is None:
@@ -151,14 +152,19 @@ def _warn_missing_resume_state(folder: Path) -> None:
         return
     for name in RESUME_STATE:
         if not (folder / name).exists():
-            warn_once(f"turbotrain: {folder} has no {name}: the {name.split('.')[0]} starts fresh, so the losses "
-                      "will differ from an uninterrupted run (written by stock Trainer or with save_only_model?)")
+            warn_once(
+                f"turbotrain: {folder} has no {name}: the {name.split('.')[0]} starts fresh, so the losses "
+                "will differ from an uninterrupted run (written by stock Trainer or with save_only_model?)"
+            )
 
 
 def _listing(path) -> str:
     parent = Path(path).parent
-    found = sorted((int(m.group(1)), p.name) for p in (parent.iterdir() if parent.is_dir() else ())
-                   if p.is_dir() and (m := _CHECKPOINT.match(p.name)))
+    found = sorted(
+        (int(m.group(1)), p.name)
+        for p in (parent.iterdir() if parent.is_dir() else ())
+        if p.is_dir() and (m := _CHECKPOINT.match(p.name))
+    )
     names = [name for _, name in found]
     return f" (checkpoints in {parent}: {', '.join(names)})" if names else ""
 

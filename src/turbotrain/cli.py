@@ -25,7 +25,9 @@ def _pretrain_parser(sub) -> None:
     d = PretrainConfig()
     p = sub.add_parser("pretrain", help="pretrain a RoBERTa-style masked LM on the built-in corpus or your files")
     p.add_argument("--output-dir", default=d.output_dir)
-    p.add_argument("--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus")
+    p.add_argument(
+        "--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus"
+    )
     p.add_argument("--steps", type=int, default=d.max_steps, dest="max_steps")
     p.add_argument("--lr", type=float, default=d.learning_rate, dest="learning_rate")
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="default: 5%% of --steps")
@@ -35,14 +37,20 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--eval-steps", type=int, default=d.eval_steps, help="held-out evaluation every N steps")
     p.add_argument("--save-steps", type=int, default=d.save_steps, help="committed checkpoint every N steps")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in OUTPUT_DIR")
-    p.add_argument("--compare", action="store_true",
-                   help="first train the same model with stock Trainer and report time to the same held-out loss")
+    p.add_argument(
+        "--compare",
+        action="store_true",
+        help="first train the same model with stock Trainer and report time to the same held-out loss",
+    )
     p.add_argument("--no-plot", action="store_false", dest="plot", help="do not write OUTPUT_DIR/loss.png")
     p.add_argument("--backend", default=d.backend, choices=valid_choices())
     p.add_argument("--no-label-sparsity", action="store_false", dest="label_sparsity")
     p.add_argument("--quiet", action="store_false", dest="progress")
-    p.add_argument("--export-onnx", action="store_true",
-                   help="also export the trained model to OUTPUT_DIR/onnx (needs the onnx extra)")
+    p.add_argument(
+        "--export-onnx",
+        action="store_true",
+        help="also export the trained model to OUTPUT_DIR/onnx (needs the onnx extra)",
+    )
     _add_model_flags(p, d)
 
 
@@ -51,12 +59,22 @@ def _export_parser(sub) -> None:
     p.add_argument("model_dir", help="directory written by save_pretrained / turbotrain pretrain")
     p.add_argument("out_dir", help="where to write model.onnx (and the tokenizer, when the model has one)")
     p.add_argument("--optimize", action="store_true", help="also write ONNX Runtime's fused model.optimized.onnx")
-    p.add_argument("--quantize", nargs="+", default=[], choices=["fp16", "int8"],
-                   help="also write model.fp16.onnx and/or model.int8.onnx")
-    p.add_argument("--no-verify", action="store_false", dest="verify",
-                   help="skip the comparison with torch (not recommended)")
-    p.add_argument("--tolerance", type=float, default=None,
-                   help="largest accepted |onnxruntime - torch| of the fp32 logits (default 1e-4)")
+    p.add_argument(
+        "--quantize",
+        nargs="+",
+        default=[],
+        choices=["fp16", "int8"],
+        help="also write model.fp16.onnx and/or model.int8.onnx",
+    )
+    p.add_argument(
+        "--no-verify", action="store_false", dest="verify", help="skip the comparison with torch (not recommended)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=None,
+        help="largest accepted |onnxruntime - torch| of the fp32 logits (default 1e-4)",
+    )
 
 
 def _bench_parser(sub) -> None:
@@ -68,20 +86,38 @@ def _bench_parser(sub) -> None:
     p.add_argument("--rounds", type=int, default=d.rounds)
     p.add_argument("--steps", type=int, default=d.steps, help="measured steps per round and peer")
     p.add_argument("--warmup", type=int, default=d.warmup, help="unmeasured steps at the start of each round")
-    p.add_argument("--peers", nargs="+", default=list(d.peers), help="subset of: stock compiled turbo turbo:<backend> (e.g. turbo:onnxruntime turbo:inductor)")
+    p.add_argument(
+        "--peers",
+        nargs="+",
+        default=list(d.peers),
+        help="subset of: stock compiled turbo turbo:<backend> (e.g. turbo:onnxruntime turbo:inductor)",
+    )
     p.add_argument("--backend", default=d.backend, choices=valid_choices(), help="TurboTrainer's backend")
     p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
-    p.add_argument("--lengths", default=d.lengths, choices=["fixed", "variable"],
-                   help="fixed blocks, or paragraphs at their natural lengths with dynamic padding")
-    p.add_argument("--task", default=d.task, choices=["mlm", "cls", "clm", "sft"],
-                   help="cls and sft need --lengths variable; clm: GPT-2 causal LM on fixed blocks; "
-                        "sft: decoder fine-tuning, peers stock trl trl+turbo turbo")
+    p.add_argument(
+        "--lengths",
+        default=d.lengths,
+        choices=["fixed", "variable"],
+        help="fixed blocks, or paragraphs at their natural lengths with dynamic padding",
+    )
+    p.add_argument(
+        "--task",
+        default=d.task,
+        choices=["mlm", "cls", "clm", "sft"],
+        help="cls and sft need --lengths variable; clm: GPT-2 causal LM on fixed blocks; "
+        "sft: decoder fine-tuning, peers stock trl trl+turbo turbo",
+    )
     p.add_argument("--lora", action="store_true", help="sft: train PEFT LoRA adapters only")
     p.add_argument("--untied", action="store_true", help="sft: separate input and output embeddings")
     p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
-    p.add_argument("--turbo-off", nargs="+", default=[], metavar="PASS",
-                   help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
-                        "fused_optimizer fused_activation")
+    p.add_argument(
+        "--turbo-off",
+        nargs="+",
+        default=[],
+        metavar="PASS",
+        help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
+        "fused_optimizer fused_activation",
+    )
     _add_model_flags(p, d)
 
 
@@ -110,8 +146,14 @@ def _run_bench(ns: argparse.Namespace) -> int:
 def _run_export(ns: argparse.Namespace) -> int:
     from turbotrain.export.cli import run_export
 
-    return run_export(ns.model_dir, ns.out_dir, optimize=ns.optimize, quantize=tuple(ns.quantize),
-                      verify=ns.verify, tolerance=ns.tolerance)
+    return run_export(
+        ns.model_dir,
+        ns.out_dir,
+        optimize=ns.optimize,
+        quantize=tuple(ns.quantize),
+        verify=ns.verify,
+        tolerance=ns.tolerance,
+    )
 
 
 def _ondevice_bench_parser(sub) -> None:
@@ -119,8 +161,13 @@ def _ondevice_bench_parser(sub) -> None:
     p.add_argument("--out", default="bench-ondevice")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--trainable", nargs="+", default=["classifier.", "bert.pooler."], metavar="PREFIX",
-                   help="parameter-name prefixes to train (default: the classification head)")
+    p.add_argument(
+        "--trainable",
+        nargs="+",
+        default=["classifier.", "bert.pooler."],
+        metavar="PREFIX",
+        help="parameter-name prefixes to train (default: the classification head)",
+    )
 
 
 def _run_ondevice_bench(ns: argparse.Namespace) -> int:
@@ -186,14 +233,28 @@ def _unet_bench_parser(sub) -> None:
 def _run_unet_bench(ns: argparse.Namespace) -> int:
     from turbotrain.bench.unet import UNetBench, run_unet_bench
 
-    run_unet_bench(UNetBench(backends=tuple(ns.backends), rounds=ns.rounds, steps=ns.steps,
-                             batch_size=ns.batch_size, channels=tuple(ns.channels)), out_dir=ns.out)
+    run_unet_bench(
+        UNetBench(
+            backends=tuple(ns.backends),
+            rounds=ns.rounds,
+            steps=ns.steps,
+            batch_size=ns.batch_size,
+            channels=tuple(ns.channels),
+        ),
+        out_dir=ns.out,
+    )
     return 0
 
 
-COMMANDS = {"pretrain": _run_pretrain, "bench": _run_bench, "export": _run_export,
-            "bench-ondevice": _run_ondevice_bench, "profile-ort": _run_profile, "bench-seq2seq": _run_seq2seq_bench,
-            "bench-unet": _run_unet_bench}
+COMMANDS = {
+    "pretrain": _run_pretrain,
+    "bench": _run_bench,
+    "export": _run_export,
+    "bench-ondevice": _run_ondevice_bench,
+    "profile-ort": _run_profile,
+    "bench-seq2seq": _run_seq2seq_bench,
+    "bench-unet": _run_unet_bench,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

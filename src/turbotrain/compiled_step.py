@@ -27,8 +27,12 @@ from turbotrain.backends import get_backend, resolve_backend_name
 from turbotrain.backends.base import Backend
 
 
-def compile(module: nn.Module, backend: str = "auto", backend_options: dict | None = None,  # noqa: A001
-            device: torch.device | str | None = None) -> nn.Module:
+def compile(
+    module: nn.Module,
+    backend: str = "auto",
+    backend_options: dict | None = None,  # noqa: A001
+    device: torch.device | str | None = None,
+) -> nn.Module:
     """Put `module`'s forward (and so its backward) on `backend`, in place; returns `module`.
 
     `device`: where the step runs (default: the module's parameters' device); `auto` picks as the
@@ -40,8 +44,10 @@ def compile(module: nn.Module, backend: str = "auto", backend_options: dict | No
     where = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
     chosen = get_backend(resolve_backend_name(backend, where), backend_options)
     if type(chosen).training_loop is not Backend.training_loop:
-        raise ValueError(f"backend '{chosen.name}' runs a whole training loop of its own, not a module's step: "
-                         "use TurboTrainer with it, or choose eager, inductor or onnxruntime")
+        raise ValueError(
+            f"backend '{chosen.name}' runs a whole training loop of its own, not a module's step: "
+            "use TurboTrainer with it, or choose eager, inductor or onnxruntime"
+        )
     chosen.check_available(SimpleNamespace(device=where))
     compiled = chosen.wrap_model(module)
     object.__setattr__(compiled, "_turbotrain_backend", chosen)

@@ -27,8 +27,16 @@ import torch
 from transformers import Trainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-LOOP_PARTS = ("_init_training_state", "_prepare_for_training", "_finalize_training", "_maybe_log_save_evaluate",
-              "_track_num_input_tokens", "_get_learning_rate", "set_initial_training_values", "get_batch_samples")
+LOOP_PARTS = (
+    "_init_training_state",
+    "_prepare_for_training",
+    "_finalize_training",
+    "_maybe_log_save_evaluate",
+    "_track_num_input_tokens",
+    "_get_learning_rate",
+    "set_initial_training_values",
+    "get_batch_samples",
+)
 
 
 class TrainerBoundary:
@@ -41,8 +49,9 @@ class TrainerBoundary:
     def _get_num_items_in_batch(self, batch_samples, device):
         return super()._get_num_items_in_batch(self.turbo_count_batches(batch_samples), device)
 
-    def _inner_training_loop(self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None,
-                             ignore_keys_for_eval=None):
+    def _inner_training_loop(
+        self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None
+    ):
         loop = self.turbo_training_loop()
         inner = loop if loop is not None else super()._inner_training_loop
         return inner(batch_size, args, resume_from_checkpoint, trial, ignore_keys_for_eval)
@@ -61,8 +70,12 @@ def rotate_checkpoints(trainer: Trainer, output_dir: str) -> None:
     except ImportError:  # 5.0 and 5.1: a private Trainer method
         trainer._rotate_checkpoints(use_mtime=True, output_dir=output_dir)
         return
-    rotate(output_dir=output_dir, save_total_limit=trainer.args.save_total_limit,
-           best_model_checkpoint=trainer.state.best_model_checkpoint, use_mtime=True)
+    rotate(
+        output_dir=output_dir,
+        save_total_limit=trainer.args.save_total_limit,
+        best_model_checkpoint=trainer.state.best_model_checkpoint,
+        use_mtime=True,
+    )
 
 
 class TrlTokenCount:
@@ -86,8 +99,9 @@ class TrlTokenCount:
 def counts_tokens_from_mask(trainer_class: type) -> bool:
     """TRL trainers that keep the `num_tokens` metric (see `TrlTokenCount`)."""
     compute_loss = getattr(trainer_class, "compute_loss", None)  # a user's SFTTrainer subclass inherits TRL's
-    return getattr(compute_loss, "__module__", "").startswith("trl.") and \
-        "_total_train_tokens" in _source_names(trainer_class)
+    return getattr(compute_loss, "__module__", "").startswith("trl.") and "_total_train_tokens" in _source_names(
+        trainer_class
+    )
 
 
 def _source_names(trainer_class: type) -> str:
@@ -143,11 +157,13 @@ def train_batch_size(trainer: Trainer) -> int:
     return trainer._train_batch_size
 
 
-def init_training_state(trainer: Trainer, max_steps, num_update_steps_per_epoch, num_train_epochs,
-                        resume_from_checkpoint, trial) -> tuple[int, int]:
+def init_training_state(
+    trainer: Trainer, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+) -> tuple[int, int]:
     """(epochs_trained, batches to skip): Trainer's state, callbacks and resume bookkeeping."""
-    return trainer._init_training_state(max_steps, num_update_steps_per_epoch, num_train_epochs,
-                                        resume_from_checkpoint, trial)
+    return trainer._init_training_state(
+        max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+    )
 
 
 def prepare_for_training(trainer: Trainer, max_steps, dataloader, resume_from_checkpoint):
@@ -177,8 +193,9 @@ def track_input_tokens(trainer: Trainer, batch) -> None:
 
 
 def log_save_evaluate(trainer: Trainer, grad_norm, trial, epoch, ignore_keys, start_time, learning_rate) -> None:
-    trainer._maybe_log_save_evaluate(trainer._tr_loss, grad_norm, trainer.model, trial, epoch, ignore_keys,
-                                     start_time, learning_rate=learning_rate)
+    trainer._maybe_log_save_evaluate(
+        trainer._tr_loss, grad_norm, trainer.model, trial, epoch, ignore_keys, start_time, learning_rate=learning_rate
+    )
 
 
 def finalize_training(trainer: Trainer, trial, num_train_samples, start_time):

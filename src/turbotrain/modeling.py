@@ -60,8 +60,11 @@ _MAPPINGS = (
     (TOKEN_CLASSIFICATION, "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"),
 )
 _SUFFIXES = (
-    ("ForConditionalGeneration", SEQ2SEQ_LM), ("ForMaskedLM", MASKED_LM), ("ForCausalLM", CAUSAL_LM),
-    ("LMHeadModel", CAUSAL_LM), ("ForSequenceClassification", SEQUENCE_CLASSIFICATION),
+    ("ForConditionalGeneration", SEQ2SEQ_LM),
+    ("ForMaskedLM", MASKED_LM),
+    ("ForCausalLM", CAUSAL_LM),
+    ("LMHeadModel", CAUSAL_LM),
+    ("ForSequenceClassification", SEQUENCE_CLASSIFICATION),
     ("ForTokenClassification", TOKEN_CLASSIFICATION),
 )
 
@@ -214,8 +217,9 @@ def repeated_blocks(model: nn.Module) -> list[nn.Module]:
     return best
 
 
-def synthetic_batch(model: nn.Module, lengths: list[int], *, seed: int, ignore_every: int = 0,
-                    first_id: int = 4) -> dict[str, torch.Tensor]:
+def synthetic_batch(
+    model: nn.Module, lengths: list[int], *, seed: int, ignore_every: int = 0, first_id: int = 4
+) -> dict[str, torch.Tensor]:
     """A right-padded batch of `len(lengths)` rows with labels fitting the model's task, on its device.
 
     input_ids [B, T] in [first_id, vocab) (special ids below first_id stay out), pad where the
@@ -232,8 +236,11 @@ def synthetic_batch(model: nn.Module, lengths: list[int], *, seed: int, ignore_e
     if task == SEQUENCE_CLASSIFICATION:
         labels = torch.randint(0, num_classes(model), (rows,), generator=generator)
     else:
-        labels = input_ids.clone() if task != TOKEN_CLASSIFICATION else \
-            torch.randint(0, num_classes(model), (rows, length), generator=generator)
+        labels = (
+            input_ids.clone()
+            if task != TOKEN_CLASSIFICATION
+            else torch.randint(0, num_classes(model), (rows, length), generator=generator)
+        )
         labels[attention_mask == 0] = IGNORE_INDEX
         if ignore_every:
             labels[:, ::ignore_every] = IGNORE_INDEX

@@ -25,9 +25,17 @@ class ModelShape:
     def roberta_config(self, vocab_size: int | None = None, dropout: float = 0.1, num_labels: int = 2) -> RobertaConfig:
         """FFN 4 x hidden; positions start at padding_idx + 1, hence seq_len + 2 position embeddings."""
         return RobertaConfig(
-            vocab_size=vocab_size or self.vocab_size, hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-            intermediate_size=4 * self.hidden_size, max_position_embeddings=self.seq_len + 2, type_vocab_size=1,
-            pad_token_id=1, bos_token_id=0, eos_token_id=2, hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout, num_labels=num_labels,
+            vocab_size=vocab_size or self.vocab_size,
+            hidden_size=self.hidden_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            intermediate_size=4 * self.hidden_size,
+            max_position_embeddings=self.seq_len + 2,
+            type_vocab_size=1,
+            pad_token_id=1,
+            bos_token_id=0,
+            eos_token_id=2,
+            hidden_dropout_prob=dropout,
+            attention_probs_dropout_prob=dropout,
+            num_labels=num_labels,
         )

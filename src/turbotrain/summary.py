@@ -27,8 +27,9 @@ def summary_line(backend_summary: str, applied: list[str], optim: str, not_activ
     return line
 
 
-def not_active(requested, effective, applied: list[str], refused: dict[str, str],
-               skipped: list[str] = ()) -> dict[str, str]:
+def not_active(
+    requested, effective, applied: list[str], refused: dict[str, str], skipped: list[str] = ()
+) -> dict[str, str]:
     """Every requested pass that is not running, with why: option off, a backend or trainer refusal, or the
     pass's own (`skipped`: its install refused the model, with a warning). A pass with nothing to do for
     this model (no tanh GELU to fuse, a classifier for label sparsity) is not listed."""

@@ -71,8 +71,9 @@ class TurboMixin(TrainerBoundary):
         self.backend.check_available(self.args)
         self.turbo_requested = requested
         self.turbo_options = requested.without(self.backend.turns_off, self.backend.name)
-        self.turbo_refused = {name: f"not used with backend {self.backend.name}: {why}"
-                              for name, why in self.backend.turns_off.items()}
+        self.turbo_refused = {
+            name: f"not used with backend {self.backend.name}: {why}" for name, why in self.backend.turns_off.items()
+        }
         self.args.optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
@@ -107,16 +108,22 @@ class TurboMixin(TrainerBoundary):
             return False
         if type(self).compute_loss is Trainer.compute_loss or fused_head_calls.sums_tokens(self):
             return True
-        logger.info("turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
-                    "chosen/rejected pairs); its batches stay padded", type(self).__name__)
+        logger.info(
+            "turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
+            "chosen/rejected pairs); its batches stay padded",
+            type(self).__name__,
+        )
         return False
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
-        self.turbo_report = optimize(model, label_sparsity=self._label_sparsity_allowed(),
-                                     padding_free=self._padding_free_allowed(),
-                                     embedding_grad=self.turbo_options.embedding_grad,
-                                     chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
-                                     fused_activation=self.turbo_options.fused_activation)
+        self.turbo_report = optimize(
+            model,
+            label_sparsity=self._label_sparsity_allowed(),
+            padding_free=self._padding_free_allowed(),
+            embedding_grad=self.turbo_options.embedding_grad,
+            chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
+            fused_activation=self.turbo_options.fused_activation,
+        )
         if self.turbo_report.chunked_ce is not None:
             self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)
@@ -144,8 +151,9 @@ class TurboMixin(TrainerBoundary):
         if budget is None:
             return None
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        return TokenBudgetBatchSampler(example_lengths(dataset), budget, seed=seed,
-                                       rank=self.args.process_index, world_size=self.args.world_size)
+        return TokenBudgetBatchSampler(
+            example_lengths(dataset), budget, seed=seed, rank=self.args.process_index, world_size=self.args.world_size
+        )
 
     def turbo_count_batches(self, batch_samples: list) -> list:
         """The batches Trainer counts loss items on: packed ones with their padded labels put back."""
@@ -199,8 +207,11 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         raise TypeError(f"turbo() takes a transformers.Trainer subclass, got {trainer_class!r}")
     if trainer_class not in _TRAINER_CLASSES:
         name = f"Turbo{trainer_class.__name__}"
-        namespace = {"__module__": __name__, "__qualname__": name,
-                     "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`)."}
+        namespace = {
+            "__module__": __name__,
+            "__qualname__": name,
+            "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`).",
+        }
         bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]

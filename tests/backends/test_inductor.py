@@ -39,8 +39,9 @@ def test_inductor_with_packing_stops_recompiling_and_matches_stock(tmp_path, mon
     def build(trainer_class, args_class, **extra):
         model = make("roberta", dropout=False)
         args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **{**COMMON, "max_steps": 8}, **extra)
-        return trainer_class(model=model, args=args, train_dataset=variable_length_dataset(),
-                             data_collator=RightPaddingCollator(1))
+        return trainer_class(
+            model=model, args=args, train_dataset=variable_length_dataset(), data_collator=RightPaddingCollator(1)
+        )
 
     counter = CompileCount()
     turbo = build(TurboTrainer, TurboTrainingArguments, backend="inductor")

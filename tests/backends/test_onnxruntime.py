@@ -120,8 +120,9 @@ def test_a_graph_that_fails_to_export_runs_eagerly_with_a_warning(monkeypatch):
         raise ort_graph.ExportError("no translation", op="aten.fancy_op.default")
 
     monkeypatch.setattr(ort_graph, "export_module", refuse)
-    assert_falls_back_with_eager_numbers("bert", tiny_models.batch(2, 9, keep=0.5),
-                                         "runs in eager PyTorch instead: ONNX export failed at aten.fancy_op")
+    assert_falls_back_with_eager_numbers(
+        "bert", tiny_models.batch(2, 9, keep=0.5), "runs in eager PyTorch instead: ONNX export failed at aten.fancy_op"
+    )
 
 
 def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):

@@ -13,7 +13,13 @@ from turbotrain.utils.imports import is_available
 
 def test_interleaved_order_is_a_b_c_a_b_c():
     assert interleaved_order(("stock", "compiled", "turbo"), 2) == [
-        (0, "stock"), (0, "compiled"), (0, "turbo"), (1, "stock"), (1, "compiled"), (1, "turbo")]
+        (0, "stock"),
+        (0, "compiled"),
+        (0, "turbo"),
+        (1, "stock"),
+        (1, "compiled"),
+        (1, "turbo"),
+    ]
 
 
 def test_loss_difference_is_the_largest_step_gap():
@@ -30,8 +36,18 @@ def test_unknown_peer_is_rejected():
 
 @pytest.mark.slow
 def test_tiny_bench_writes_json_and_markdown(tmp_path):
-    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, seq_len=32, vocab_size=3000, batch_size=4,
-                        rounds=2, steps=2, warmup=1, peers=("stock", "turbo"))
+    workload = Workload(
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        seq_len=32,
+        vocab_size=3000,
+        batch_size=4,
+        rounds=2,
+        steps=2,
+        warmup=1,
+        peers=("stock", "turbo"),
+    )
     result = run_bench(workload, out_dir=tmp_path)
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert set(saved["peers"]) == {"stock", "turbo"}
@@ -49,8 +65,9 @@ def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
     from turbotrain.data import MaskedLMData
 
     workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("label_sparsity",))
-    assert workload.command() == ("turbotrain bench --hidden-size 32 --layers 1 --heads 2 --vocab-size 500 "
-                                  "--turbo-off label_sparsity")
+    assert workload.command() == (
+        "turbotrain bench --hidden-size 32 --layers 1 --heads 2 --vocab-size 500 --turbo-off label_sparsity"
+    )
     data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
     trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, str(tmp_path))
     assert trainer.args.label_sparsity is False and "label_sparsity" not in trainer.turbo_report.applied
@@ -60,8 +77,20 @@ def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
-    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, seq_len=64, vocab_size=2000, batch_size=8,
-                        rounds=1, steps=2, warmup=1, peers=("stock", "turbo"), lengths="variable", task="cls")
+    workload = Workload(
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        seq_len=64,
+        vocab_size=2000,
+        batch_size=8,
+        rounds=1,
+        steps=2,
+        warmup=1,
+        peers=("stock", "turbo"),
+        lengths="variable",
+        task="cls",
+    )
     result = run_bench(workload, out_dir=tmp_path)
     assert 0.2 < result["padding_share"] < 0.9 and result["length_histogram"]
     assert "padding_free" in result["peers"]["turbo"]["passes"] and result["peers"]["stock"]["passes"] == []
@@ -72,8 +101,10 @@ def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
 def test_backend_lines_mention_eager_fallbacks_only_for_backends_that_report_them():
     from turbotrain.bench.report import _data_lines
 
-    peers = {"turbo:onnxruntime": {"backend": "onnxruntime", "backend_report": {"graphs": 7, "fallbacks": []}},
-             "turbo:xla": {"backend": "xla", "backend_report": {"devices": 4, "compiles": 1}}}
+    peers = {
+        "turbo:onnxruntime": {"backend": "onnxruntime", "backend_report": {"graphs": 7, "fallbacks": []}},
+        "turbo:xla": {"backend": "xla", "backend_report": {"devices": 4, "compiles": 1}},
+    }
     ort, xla = _data_lines({"peers": peers})
     assert ort == "turbo:onnxruntime (onnxruntime): graphs 7; graphs falling back to eager: 0."
     assert xla == "turbo:xla (xla): devices 4, compiles 1."

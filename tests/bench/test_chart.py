@@ -11,13 +11,34 @@ from rich.console import Console
 from turbotrain.bench.report import write_reports
 
 RESULT = {
-    "environment": {"date": "2026-12-01", "cpu": "test CPU", "torch_threads": 2, "python": "3.11", "torch": "2.13",
-                    "transformers": "5.24", "turbotrain": "0.1.0"},
-    "workload": {"task": "mlm", "turbo_off": [], "lengths": "fixed", "seq_len": 32, "hidden_size": 32, "num_layers": 1,
-                 "vocab_size": 1000, "batch_size": 4, "bf16": False, "rounds": 1, "steps": 1, "warmup": 0},
+    "environment": {
+        "date": "2026-12-01",
+        "cpu": "test CPU",
+        "torch_threads": 2,
+        "python": "3.11",
+        "torch": "2.13",
+        "transformers": "5.24",
+        "turbotrain": "0.1.0",
+    },
+    "workload": {
+        "task": "mlm",
+        "turbo_off": [],
+        "lengths": "fixed",
+        "seq_len": 32,
+        "hidden_size": 32,
+        "num_layers": 1,
+        "vocab_size": 1000,
+        "batch_size": 4,
+        "bf16": False,
+        "rounds": 1,
+        "steps": 1,
+        "warmup": 0,
+    },
     "memory_kind": "peak RSS",
-    "peers": {"stock": {"backend": "eager", "tokens_per_s": 1000.0, "ratio_to_stock": 1.0, "peak_memory_mb": 900.0},
-              "turbo": {"backend": "eager", "tokens_per_s": 3400.0, "ratio_to_stock": 3.4, "peak_memory_mb": 500.0}},
+    "peers": {
+        "stock": {"backend": "eager", "tokens_per_s": 1000.0, "ratio_to_stock": 1.0, "peak_memory_mb": 900.0},
+        "turbo": {"backend": "eager", "tokens_per_s": 3400.0, "ratio_to_stock": 3.4, "peak_memory_mb": 500.0},
+    },
 }
 
 

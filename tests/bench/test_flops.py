@@ -54,8 +54,19 @@ def test_clm_workload_is_gpt2_on_fixed_blocks():
 def test_tiny_clm_bench_reports_mfu_for_every_peer(tmp_path):
     from turbotrain.bench.runner import run_bench
 
-    workload = Workload(task="clm", hidden_size=32, num_layers=1, num_heads=2, seq_len=32, vocab_size=3000,
-                        batch_size=4, rounds=1, steps=2, warmup=1, peers=("stock", "turbo"))
+    workload = Workload(
+        task="clm",
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        seq_len=32,
+        vocab_size=3000,
+        batch_size=4,
+        rounds=1,
+        steps=2,
+        warmup=1,
+        peers=("stock", "turbo"),
+    )
     result = run_bench(workload, out_dir=tmp_path)
     assert result["matmul_peak"]["flops_per_s"] > 0
     for row in result["peers"].values():

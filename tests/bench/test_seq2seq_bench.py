@@ -8,8 +8,19 @@ from turbotrain.bench.seq2seq import Seq2SeqBench, run_seq2seq_bench
 
 
 def test_bart_workload_reports_ratios_and_equal_losses(tmp_path):
-    bench = Seq2SeqBench(workload="bart", hidden_size=32, layers=1, heads=2, batch_size=4, examples=16,
-                         source_len=32, target_len=16, rounds=1, steps=2, warmup=0)
+    bench = Seq2SeqBench(
+        workload="bart",
+        hidden_size=32,
+        layers=1,
+        heads=2,
+        batch_size=4,
+        examples=16,
+        source_len=32,
+        target_len=16,
+        rounds=1,
+        steps=2,
+        warmup=0,
+    )
     result = run_seq2seq_bench(bench, out_dir=str(tmp_path))
     stock, turbo = result["peers"]["stock"], result["peers"]["turbo"]
     assert "label_sparsity" in turbo["passes"] and stock["ratio_to_stock"] == 1.0

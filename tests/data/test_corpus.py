@@ -21,14 +21,18 @@ def test_stdlib_corpus_is_deterministic():
 
 
 def test_split_paragraphs_drops_code_and_short_lines():
-    text = "Short.\n\n>>> print('a long doctest line that is code and not prose')\n\n" \
-           "This paragraph is long enough\n   to be kept as   prose.\n\n{}[]()=+-*/ {}[]()=+-*/ {}[]()=+-*/ {}[]()"
+    text = (
+        "Short.\n\n>>> print('a long doctest line that is code and not prose')\n\n"
+        "This paragraph is long enough\n   to be kept as   prose.\n\n{}[]()=+-*/ {}[]()=+-*/ {}[]()=+-*/ {}[]()"
+    )
     assert split_paragraphs(text) == ["This paragraph is long enough to be kept as prose."]
 
 
 def test_user_files_replace_the_builtin_corpus(tmp_path):
     path = tmp_path / "mine.txt"
-    path.write_text("A first paragraph of my own text, long enough to keep.\n\nAnd a second paragraph, which is also long enough to be kept.")
+    path.write_text(
+        "A first paragraph of my own text, long enough to keep.\n\nAnd a second paragraph, which is also long enough to be kept."
+    )
     corpus = load_corpus([path])
     assert corpus.name == "files:mine.txt" and len(corpus) == 2
 

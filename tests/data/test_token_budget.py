@@ -50,10 +50,12 @@ def test_bad_budget_is_rejected(tmp_path):
 @needs_batch_sampler
 def test_trainer_batches_fill_the_token_budget(tmp_path):
     dataset = variable_length_dataset(n=40)
-    args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 3}, max_tokens_per_batch=64,
-                                  padding_free=False)
-    trainer = TurboTrainer(model=make("roberta", dropout=False), args=args, train_dataset=dataset,
-                           data_collator=RightPaddingCollator(1))
+    args = TurboTrainingArguments(
+        output_dir=str(tmp_path), **{**COMMON, "max_steps": 3}, max_tokens_per_batch=64, padding_free=False
+    )
+    trainer = TurboTrainer(
+        model=make("roberta", dropout=False), args=args, train_dataset=dataset, data_collator=RightPaddingCollator(1)
+    )
     sizes = []
     for batch in trainer.get_train_dataloader():
         real = int(batch["attention_mask"].sum())

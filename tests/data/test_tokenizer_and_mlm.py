@@ -14,7 +14,12 @@ def tokenizer():
 
 
 def test_special_tokens_are_robertas(tokenizer):
-    assert [tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.mask_token_id] == [0, 1, 2, 4]
+    assert [tokenizer.bos_token_id, tokenizer.pad_token_id, tokenizer.eos_token_id, tokenizer.mask_token_id] == [
+        0,
+        1,
+        2,
+        4,
+    ]
     assert len(tokenizer) == 2000
 
 

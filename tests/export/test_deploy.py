@@ -77,8 +77,7 @@ def test_verification_failure_raises(tmp_path, monkeypatch):
 
 
 def test_models_without_a_task_head_are_refused(tmp_path):
-    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32)
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     with pytest.raises(ValueError, match="turbotrain exports these tasks"):
         export_onnx(BertModel(config), tmp_path)
 
@@ -96,7 +95,9 @@ def test_sample_inputs_are_right_padded_with_a_full_first_row():
 
 
 def test_failed_op_is_read_from_exporter_messages():
-    message = "No ONNX function found for <OpOverload(op='aten._scaled_dot_product_flash_attention_for_cpu', " \
-              "overload='default')>. Failure message"
+    message = (
+        "No ONNX function found for <OpOverload(op='aten._scaled_dot_product_flash_attention_for_cpu', "
+        "overload='default')>. Failure message"
+    )
     assert failed_op(RuntimeError(message)) == "aten._scaled_dot_product_flash_attention_for_cpu.default"
     assert failed_op(RuntimeError("something else")) is None

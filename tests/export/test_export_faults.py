@@ -49,8 +49,11 @@ def test_a_failed_verification_leaves_the_earlier_export_untouched(tmp_path, mod
     out = tmp_path / "onnx"
     assert main(["export", str(model_dir), str(out)]) == 0
     before = {name: (out / name).read_bytes() for name in listing(out)}
-    monkeypatch.setattr(deploy, "verify_onnx",
-                        lambda model, path, tolerance: verify_onnx(tiny_models.make("bert", seed=1), path, tolerance))
+    monkeypatch.setattr(
+        deploy,
+        "verify_onnx",
+        lambda model, path, tolerance: verify_onnx(tiny_models.make("bert", seed=1), path, tolerance),
+    )
     assert main(["export", str(model_dir), str(out), "--optimize"]) == 1
     assert {name: (out / name).read_bytes() for name in listing(out)} == before
     assert listing(tmp_path) == ["model", "onnx"]

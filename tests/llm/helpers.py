@@ -11,8 +11,10 @@ from turbotrain.utils.imports import is_peft_available, is_trl_available
 
 needs_llm_extra = [
     pytest.mark.llm,
-    pytest.mark.skipif(not (is_peft_available() and is_trl_available()),
-                       reason="needs the llm extra (peft, trl): pip install 'turbotrain[llm]'"),
+    pytest.mark.skipif(
+        not (is_peft_available() and is_trl_available()),
+        reason="needs the llm extra (peft, trl): pip install 'turbotrain[llm]'",
+    ),
 ]
 
 WORDS = [f"w{i}" for i in range(90)]
@@ -33,9 +35,20 @@ def decoder(seed: int = 0, tied: bool = True, vocab: int = len(WORDS) + len(SPEC
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(Qwen2Config(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                        num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=tied,
-                                        pad_token_id=0, eos_token_id=1, attention_dropout=0.0))
+    return Qwen2ForCausalLM(
+        Qwen2Config(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            tie_word_embeddings=tied,
+            pad_token_id=0,
+            eos_token_id=1,
+            attention_dropout=0.0,
+        )
+    )
 
 
 def prompt_completion_rows(n: int = 48, seed: int = 0) -> Dataset:
@@ -52,5 +65,11 @@ def prompt_completion_rows(n: int = 48, seed: int = 0) -> Dataset:
 def lora_config(modules_to_save=None):
     from peft import LoraConfig
 
-    return LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "gate_proj", "down_proj"],
-                      modules_to_save=modules_to_save, lora_dropout=0.0, task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=4,
+        lora_alpha=8,
+        target_modules=["q_proj", "v_proj", "gate_proj", "down_proj"],
+        modules_to_save=modules_to_save,
+        lora_dropout=0.0,
+        task_type="CAUSAL_LM",
+    )

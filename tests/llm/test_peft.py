@@ -34,16 +34,18 @@ def test_lora_golden_losses_and_adapters_match_stock(tmp_path, modules_to_save):
     common = dict(train_dataset=data, learning_rate=5e-3)
     stock = stock_trainer("llama", tmp_path, model=peft_model(modules_to_save), **common)
     stock.data_collator = RightPaddingCollator()
-    turbo = turbo_trainer("llama", tmp_path, model=peft_model(modules_to_save), chunked_cross_entropy="always",
-                          **common)
+    turbo = turbo_trainer(
+        "llama", tmp_path, model=peft_model(modules_to_save), chunked_cross_entropy="always", **common
+    )
     turbo.data_collator = RightPaddingCollator()
     assert set(turbo.turbo_report.applied) >= {"label_sparsity", "chunked_ce", "padding_free"}, turbo.turbo_report
     assert_losses_close(train_losses(turbo), train_losses(stock))
 
     for trainer in (stock, turbo):
         trainer.model.save_pretrained(tmp_path / type(trainer).__name__)
-    assert sorted(p.name for p in (tmp_path / "TurboTrainer").iterdir()) == \
-        sorted(p.name for p in (tmp_path / "Trainer").iterdir())
+    assert sorted(p.name for p in (tmp_path / "TurboTrainer").iterdir()) == sorted(
+        p.name for p in (tmp_path / "Trainer").iterdir()
+    )
     loaded = PeftModel.from_pretrained(decoder(tied=False, vocab=VOCAB), tmp_path / "TurboTrainer").eval()
     inputs = torch.tensor([[5, 9, 14, 3, 27]])
     turbo.model.eval()

@@ -13,10 +13,23 @@ from turbotrain import turbo, turbo_arguments
 
 def bart():
     torch.manual_seed(0)
-    config = BartConfig(vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
-                        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64,
-                        dropout=0.0, attention_dropout=0.0, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                        decoder_start_token_id=2)
+    config = BartConfig(
+        vocab_size=VOCAB,
+        d_model=32,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=64,
+        dropout=0.0,
+        attention_dropout=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
     return BartForConditionalGeneration(config)
 
 
@@ -28,8 +41,10 @@ def pairs(n: int = 40) -> Dataset:
 
 def test_seq2seq_trainer_golden_losses(tmp_path):
     losses = []
-    for trainer_class, args_class in ((turbo(Seq2SeqTrainer), turbo_arguments(Seq2SeqTrainingArguments)),
-                                      (Seq2SeqTrainer, Seq2SeqTrainingArguments)):
+    for trainer_class, args_class in (
+        (turbo(Seq2SeqTrainer), turbo_arguments(Seq2SeqTrainingArguments)),
+        (Seq2SeqTrainer, Seq2SeqTrainingArguments),
+    ):
         args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **COMMON)
         trainer = trainer_class(model=bart(), args=args, train_dataset=pairs())
         trainer.train()

@@ -18,10 +18,16 @@ def sft_history(tmp_path, with_turbo: bool, steps: int = 10, peft: bool = False,
 
     trainer_class = turbo(SFTTrainer) if with_turbo else SFTTrainer
     config_class = turbo_arguments(SFTConfig) if with_turbo else SFTConfig
-    args = config_class(output_dir=str(tmp_path / str(with_turbo)), **{**COMMON, "max_steps": steps}, use_cpu=True,
-                        **config)
-    trainer = trainer_class(model=decoder(), args=args, train_dataset=prompt_completion_rows(),
-                            processing_class=tokenizer(), peft_config=lora_config() if peft else None)
+    args = config_class(
+        output_dir=str(tmp_path / str(with_turbo)), **{**COMMON, "max_steps": steps}, use_cpu=True, **config
+    )
+    trainer = trainer_class(
+        model=decoder(),
+        args=args,
+        train_dataset=prompt_completion_rows(),
+        processing_class=tokenizer(),
+        peft_config=lora_config() if peft else None,
+    )
     trainer.train()
     return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
 
@@ -78,13 +84,15 @@ def test_dpo_trainer_steps_aside_with_the_stock_numbers(tmp_path):
     from trl import DPOConfig, DPOTrainer
 
     rows = prompt_completion_rows(16)
-    pairs = Dataset.from_dict({"prompt": rows["prompt"], "chosen": rows["completion"],
-                               "rejected": list(reversed(rows["completion"]))})
+    pairs = Dataset.from_dict(
+        {"prompt": rows["prompt"], "chosen": rows["completion"], "rejected": list(reversed(rows["completion"]))}
+    )
     losses = []
     for trainer_class, config_class in ((turbo(DPOTrainer), turbo_arguments(DPOConfig)), (DPOTrainer, DPOConfig)):
         args = config_class(output_dir=str(tmp_path), **{**COMMON, "max_steps": 2}, use_cpu=True)
-        trainer = trainer_class(model=decoder(), ref_model=decoder(), args=args, train_dataset=pairs,
-                                processing_class=tokenizer())
+        trainer = trainer_class(
+            model=decoder(), ref_model=decoder(), args=args, train_dataset=pairs, processing_class=tokenizer()
+        )
         trainer.train()
         losses.append([entry["loss"] for entry in trainer.state.log_history if "loss" in entry])
     assert_losses_close(*losses)

@@ -29,5 +29,6 @@ def exported(tmp_path_factory):
     from turbotrain import export_training_artifacts
 
     directory = tmp_path_factory.mktemp("artifacts")
-    return export_training_artifacts(bert(), directory, trainable=TRAINABLE, learning_rate=LR,
-                                     weight_decay=WEIGHT_DECAY)
+    return export_training_artifacts(
+        bert(), directory, trainable=TRAINABLE, learning_rate=LR, weight_decay=WEIGHT_DECAY
+    )

@@ -21,9 +21,11 @@ POSITIONS = tiny_models.CONFIGS["bert"][1]["max_position_embeddings"]
 
 def good_batch(size: int = 2, length: int = 7) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(0)
-    return {"input_ids": rng.integers(3, tiny_models.VOCAB, (size, length)),
-            "attention_mask": np.ones((size, length), np.int64),
-            "labels": rng.integers(0, NUM_LABELS, (size,))}
+    return {
+        "input_ids": rng.integers(3, tiny_models.VOCAB, (size, length)),
+        "attention_mask": np.ones((size, length), np.int64),
+        "labels": rng.integers(0, NUM_LABELS, (size,)),
+    }
 
 
 @pytest.fixture
@@ -101,24 +103,29 @@ def test_checkpoints_are_flushed_to_disk_before_the_rename(module, monkeypatch):
     events = []
     real_fsync, real_replace = checkpoint_module.os.fsync, checkpoint_module.os.replace
     monkeypatch.setattr(checkpoint_module.os, "fsync", lambda fd: (events.append("fsync"), real_fsync(fd))[1])
-    monkeypatch.setattr(checkpoint_module.os, "replace",
-                        lambda a, b: (events.append("replace"), real_replace(a, b))[1])
+    monkeypatch.setattr(checkpoint_module.os, "replace", lambda a, b: (events.append("replace"), real_replace(a, b))[1])
     module.save_checkpoint()
     assert events[:2] == ["fsync", "replace"] and events[-1] == "fsync"  # file, rename, then the directory
 
 
 BAD_BATCHES = {
-    "negative id": (lambda b: {**b, "input_ids": np.where(b["input_ids"] == b["input_ids"][0, 0], -100,
-                                                            b["input_ids"])}, r"input_ids .* outside \[0, 97\)"),
+    "negative id": (
+        lambda b: {**b, "input_ids": np.where(b["input_ids"] == b["input_ids"][0, 0], -100, b["input_ids"])},
+        r"input_ids .* outside \[0, 97\)",
+    ),
     "id past the vocabulary": (lambda b: {**b, "input_ids": b["input_ids"] + 97}, r"input_ids .* outside \[0, 97\)"),
     "float ids": (lambda b: {**b, "input_ids": b["input_ids"] + 0.7}, "input_ids must hold integers"),
-    "label out of range": (lambda b: {**b, "labels": b["labels"] + NUM_LABELS},
-                           rf"labels .* outside \[0, {NUM_LABELS}\) \(or -100\)"),
+    "label out of range": (
+        lambda b: {**b, "labels": b["labels"] + NUM_LABELS},
+        rf"labels .* outside \[0, {NUM_LABELS}\) \(or -100\)",
+    ),
     "float labels": (lambda b: {**b, "labels": b["labels"].astype(np.float32)}, "labels must hold integers"),
     "mask not 0/1": (lambda b: {**b, "attention_mask": b["attention_mask"] * 2}, "attention_mask must hold 0 and 1"),
     "too long": (lambda b: good_batch(length=POSITIONS + 1), f"sequence of {POSITIONS + 1} tokens.* {POSITIONS}"),
-    "mask shorter than ids": (lambda b: {**b, "attention_mask": b["attention_mask"][:, :-1]},
-                              "attention_mask has shape .* input_ids has shape .* disagree on 'sequence'"),
+    "mask shorter than ids": (
+        lambda b: {**b, "attention_mask": b["attention_mask"][:, :-1]},
+        "attention_mask has shape .* input_ids has shape .* disagree on 'sequence'",
+    ),
     "labels for another batch size": (lambda b: {**b, "labels": np.zeros(3, np.int64)}, "disagree on 'batch'"),
     "wrong rank": (lambda b: {**b, "input_ids": b["input_ids"][0]}, "expected axes"),
     "empty": (lambda b: good_batch(size=0), "empty"),
@@ -146,16 +153,23 @@ def write_manifest(tmp_path, exported, change) -> None:
     (tmp_path / "manifest.json").write_text(change(data))
 
 
-@pytest.mark.parametrize("change,message", [
-    (lambda d: "{not json", "manifest.json is not valid JSON"),
-    (lambda d: "[1, 2]", "manifest.json must hold a JSON object"),
-    (lambda d: json.dumps({k: v for k, v in d.items() if k != "trainable"}), "manifest.json lacks 'trainable'"),
-    (lambda d: json.dumps({**d, "optimizer": {k: v for k, v in d["optimizer"].items() if k != "betas"}}),
-     "manifest.json: optimizer lacks 'betas'"),
-    (lambda d: json.dumps({**d, "batch_inputs": {"input_ids": {"dtype": "int64"}}}),
-     "manifest.json: batch_inputs.input_ids lacks 'axes'"),
-    (lambda d: json.dumps({**d, "colour": "blue"}), "manifest.json: unknown key 'colour'"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (lambda d: "{not json", "manifest.json is not valid JSON"),
+        (lambda d: "[1, 2]", "manifest.json must hold a JSON object"),
+        (lambda d: json.dumps({k: v for k, v in d.items() if k != "trainable"}), "manifest.json lacks 'trainable'"),
+        (
+            lambda d: json.dumps({**d, "optimizer": {k: v for k, v in d["optimizer"].items() if k != "betas"}}),
+            "manifest.json: optimizer lacks 'betas'",
+        ),
+        (
+            lambda d: json.dumps({**d, "batch_inputs": {"input_ids": {"dtype": "int64"}}}),
+            "manifest.json: batch_inputs.input_ids lacks 'axes'",
+        ),
+        (lambda d: json.dumps({**d, "colour": "blue"}), "manifest.json: unknown key 'colour'"),
+    ],
+)
 def test_a_damaged_manifest_names_the_file_and_the_problem(tmp_path, exported, change, message):
     from turbotrain import ondevice
 

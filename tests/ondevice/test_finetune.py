@@ -41,8 +41,10 @@ def train_in_torch(model):
     from transformers import Trainer
 
     decayed = set(Trainer.get_decay_parameter_names(None, model))
-    groups = [{"params": [p for n, p in params.items() if n in decayed], "weight_decay": WEIGHT_DECAY},
-              {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0}]
+    groups = [
+        {"params": [p for n, p in params.items() if n in decayed], "weight_decay": WEIGHT_DECAY},
+        {"params": [p for n, p in params.items() if n not in decayed], "weight_decay": 0.0},
+    ]
     optimizer = torch.optim.AdamW(groups, lr=LR, foreach=False)
     losses = []
     for batch in batches():
@@ -80,8 +82,9 @@ def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
     batches_file = tmp_path / "batches.npz"
     arrays = {f"{k}{i}": v.numpy() for i, b in enumerate(batches()) for k, v in b.items()}
     np.savez(batches_file, steps=STEPS, **arrays)
-    subprocess.run([sys.executable, "-c", ON_DEVICE, str(exported.directory), str(batches_file), str(tmp_path)],
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", ON_DEVICE, str(exported.directory), str(batches_file), str(tmp_path)], check=True
+    )
     result = json.loads((tmp_path / "result.json").read_text())
 
     expected_losses, expected_params = train_in_torch(bert())
@@ -95,8 +98,7 @@ def test_twenty_steps_on_device_equal_torch(exported, tmp_path):
         # Relative to the tensor's scale: an element that crosses zero has no meaningful relative error.
         difference = np.abs(trained.params[name] - value).max()
         assert difference <= 1e-4 * np.abs(value).max(), (name, difference, np.abs(value).max())
-    assert not np.allclose(trained.params["classifier.weight"],
-                           bert().classifier.weight.detach().numpy())
+    assert not np.allclose(trained.params["classifier.weight"], bert().classifier.weight.detach().numpy())
 
     import onnxruntime as ort
 
@@ -124,7 +126,9 @@ def first_batch():
 def test_train_steps_accumulate_gradients_until_the_optimizer_steps(exported):
     from turbotrain import ondevice
 
-    module = ondevice.Module(exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors"))
+    module = ondevice.Module(
+        exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors")
+    )
     optimizer = ondevice.AdamW(module)
     with pytest.raises(RuntimeError, match="call module.train_step"):
         optimizer.step()
@@ -153,7 +157,9 @@ def test_checkpoint_round_trips(exported, tmp_path):
 def test_clear_errors_for_bad_batches_and_directories(exported, tmp_path):
     from turbotrain import ondevice
 
-    module = ondevice.Module(exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors"))
+    module = ondevice.Module(
+        exported.directory, ondevice.Checkpoint.load(exported.directory / "checkpoint.safetensors")
+    )
     batch = first_batch()
     with pytest.raises(KeyError, match="batch lacks 'labels'"):
         module.train_step({k: v for k, v in batch.items() if k != "labels"})

@@ -25,8 +25,9 @@ def dense_and_chunked(rows, vocab, hidden, bias, softcap, chunk_rows, seed=0):
     for chunked in (False, True):
         leaves = [t.clone().requires_grad_() for t in (h, weight, *([b] if bias else []))]
         if chunked:
-            nll = linear_cross_entropy(leaves[0], leaves[1], leaves[2] if bias else None, targets, softcap=softcap,
-                                       chunk_rows=chunk_rows)
+            nll = linear_cross_entropy(
+                leaves[0], leaves[1], leaves[2] if bias else None, targets, softcap=softcap, chunk_rows=chunk_rows
+            )
         else:
             z = F.linear(leaves[0], leaves[1], leaves[2] if bias else None).float()
             z = softcap * torch.tanh(z / softcap) if softcap else z
@@ -37,12 +38,15 @@ def dense_and_chunked(rows, vocab, hidden, bias, softcap, chunk_rows, seed=0):
     return results
 
 
-@pytest.mark.parametrize("rows,vocab,hidden,bias,softcap,chunk_rows", [
-    (37, LLM_VOCAB, 16, False, None, None),  # Qwen2's vocabulary, odd row count, default chunks
-    (1, LLM_VOCAB, 16, True, None, None),
-    (37, VOCAB, 8, True, 3.0, 5),  # soft-capping (Gemma-2), chunks that do not divide the rows
-    (64, 1000, 24, False, None, 64),
-])
+@pytest.mark.parametrize(
+    "rows,vocab,hidden,bias,softcap,chunk_rows",
+    [
+        (37, LLM_VOCAB, 16, False, None, None),  # Qwen2's vocabulary, odd row count, default chunks
+        (1, LLM_VOCAB, 16, True, None, None),
+        (37, VOCAB, 8, True, 3.0, 5),  # soft-capping (Gemma-2), chunks that do not divide the rows
+        (64, 1000, 24, False, None, 64),
+    ],
+)
 def test_op_matches_dense_head(rows, vocab, hidden, bias, softcap, chunk_rows):
     (loss_a, grads_a), (loss_b, grads_b) = dense_and_chunked(rows, vocab, hidden, bias, softcap, chunk_rows)
     torch.testing.assert_close(loss_b, loss_a, rtol=1e-5, atol=0)

@@ -37,13 +37,16 @@ def test_fused_adamw_uses_fused_kernel_on_cpu():
     assert optimizer.defaults["fused"] is has_fused_adamw("cpu")
 
 
-@pytest.mark.parametrize("optim,fused,expected", [
-    ("adamw_torch", True, "adamw_torch_fused"),
-    ("adamw_torch_fused", True, "adamw_torch_fused"),
-    ("adamw_ort_fused", True, "adamw_torch_fused"),
-    ("adamw_torch", False, "adamw_torch"),
-    ("sgd", True, "sgd"),
-])
+@pytest.mark.parametrize(
+    "optim,fused,expected",
+    [
+        ("adamw_torch", True, "adamw_torch_fused"),
+        ("adamw_torch_fused", True, "adamw_torch_fused"),
+        ("adamw_ort_fused", True, "adamw_torch_fused"),
+        ("adamw_torch", False, "adamw_torch"),
+        ("sgd", True, "sgd"),
+    ],
+)
 def test_resolve_optim_name_on_cpu(optim, fused, expected):
     assert has_fused_adamw("cpu")
     assert resolve_optim_name(optim, "cpu", fused) == expected

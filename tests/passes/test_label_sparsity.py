@@ -46,8 +46,12 @@ def test_causal_num_items_in_batch_reduction_matches_stock(family):
     stock, sparse = stock_and_sparse(family)
     inputs = batch(3, 37, keep=0.5)
     n = torch.tensor(41)
-    assert_same(loss_and_grads(stock, inputs, num_items_in_batch=n),
-                loss_and_grads(sparse, inputs, num_items_in_batch=n), rtol=1e-5, atol=1e-6)
+    assert_same(
+        loss_and_grads(stock, inputs, num_items_in_batch=n),
+        loss_and_grads(sparse, inputs, num_items_in_batch=n),
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -120,8 +124,9 @@ def test_self_check_refuses_a_head_that_breaks_the_contract():
             out = super().forward(input_ids=input_ids, **kwargs)
             logits = out.logits
             if labels is not None:
-                out.loss = nn.functional.cross_entropy(logits[..., :-1, :].reshape(-1, logits.shape[-1]),
-                                                       labels[..., 1:].reshape(-1))
+                out.loss = nn.functional.cross_entropy(
+                    logits[..., :-1, :].reshape(-1, logits.shape[-1]), labels[..., 1:].reshape(-1)
+                )
             return out
 
     model.__class__ = ShiftsItself

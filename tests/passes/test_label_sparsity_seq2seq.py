@@ -51,7 +51,9 @@ def test_given_decoder_inputs_are_kept(family):
     """A collator that builds decoder_input_ids itself (DataCollatorForSeq2Seq with a model) is respected."""
     stock, sparse = stock_and_sparse(family)
     inputs = batch(family, 3, 11, [7, 3, 9], keep=0.6)
-    inputs["decoder_input_ids"] = torch.randint(4, 97, inputs["labels"].shape, generator=torch.Generator().manual_seed(5))
+    inputs["decoder_input_ids"] = torch.randint(
+        4, 97, inputs["labels"].shape, generator=torch.Generator().manual_seed(5)
+    )
     assert_same(loss_and_grads(stock, inputs), loss_and_grads(sparse, inputs), rtol=1e-5, atol=1e-6)
 
 

@@ -98,11 +98,14 @@ def test_unpadded_batch_is_left_alone():
     assert pack_batch(batch, PackingSpec(causal=False, pad_token_id=0)) is batch
 
 
-@pytest.mark.parametrize("lengths,capacity,expected", [
-    ([3, 1, 4], 4, [(1, 0), (1, 3), (0, 0)]),
-    ([4, 4, 4], 4, [(0, 0), (1, 0), (2, 0)]),
-    ([1, 1, 1, 1], 8, [(0, 0), (0, 1), (0, 2), (0, 3)]),
-    ([2, 5, 3, 6], 8, [(0, 6), (1, 0), (1, 5), (0, 0)]),
-])
+@pytest.mark.parametrize(
+    "lengths,capacity,expected",
+    [
+        ([3, 1, 4], 4, [(1, 0), (1, 3), (0, 0)]),
+        ([4, 4, 4], 4, [(0, 0), (1, 0), (2, 0)]),
+        ([1, 1, 1, 1], 8, [(0, 0), (0, 1), (0, 2), (0, 3)]),
+        ([2, 5, 3, 6], 8, [(0, 6), (1, 0), (1, 5), (0, 0)]),
+    ],
+)
 def test_plan_rows_first_fit_decreasing(lengths, capacity, expected):
     assert plan_rows(lengths, capacity) == expected

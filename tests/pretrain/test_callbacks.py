@@ -53,4 +53,6 @@ def test_time_to_quality_targets_the_loss_both_runs_reach():
     turbo = Curves(held_out=_curve([(10, 1.0, 6.0), (20, 2.0, 4.9)]))
     ttq = time_to_quality(stock, turbo)
     assert ttq.target_loss == 5.0 and ttq.stock_seconds == 8.0
-    assert ttq.turbo_seconds == pytest.approx(1.0 + (1.0 / 1.1)) and ttq.speedup == pytest.approx(8.0 / ttq.turbo_seconds)
+    assert ttq.turbo_seconds == pytest.approx(1.0 + (1.0 / 1.1)) and ttq.speedup == pytest.approx(
+        8.0 / ttq.turbo_seconds
+    )

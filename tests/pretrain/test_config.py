@@ -7,14 +7,27 @@ import pytest
 from turbotrain.cli import main
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--steps", "0"], "--steps"), (["--steps", "-1"], "--steps"),
-    (["--seq-len", "0"], "--seq-len"), (["--seq-len", "1"], "--seq-len"), (["--seq-len", "8"], "--seq-len"),
-    (["--heads", "0"], "--heads"), (["--hidden-size", "0"], "--hidden-size"), (["--layers", "0"], "--layers"),
-    (["--hidden-size", "100", "--heads", "3"], "multiple of --heads"),
-    (["--lr", "inf"], "--lr"), (["--lr", "nan"], "--lr"), (["--lr", "-0.001"], "--lr"), (["--lr", "0"], "--lr"),
-    (["--vocab-size", "10"], "--vocab-size"), (["--warmup-steps", "-1"], "--warmup-steps"), (["--batch-size", "0"], "--batch-size"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--steps", "0"], "--steps"),
+        (["--steps", "-1"], "--steps"),
+        (["--seq-len", "0"], "--seq-len"),
+        (["--seq-len", "1"], "--seq-len"),
+        (["--seq-len", "8"], "--seq-len"),
+        (["--heads", "0"], "--heads"),
+        (["--hidden-size", "0"], "--hidden-size"),
+        (["--layers", "0"], "--layers"),
+        (["--hidden-size", "100", "--heads", "3"], "multiple of --heads"),
+        (["--lr", "inf"], "--lr"),
+        (["--lr", "nan"], "--lr"),
+        (["--lr", "-0.001"], "--lr"),
+        (["--lr", "0"], "--lr"),
+        (["--vocab-size", "10"], "--vocab-size"),
+        (["--warmup-steps", "-1"], "--warmup-steps"),
+        (["--batch-size", "0"], "--batch-size"),
+    ],
+)
 def test_bad_argument_is_refused_with_one_line(tmp_path, capsys, flags, named):
     out = tmp_path / "out"
     assert main(["pretrain", "--output-dir", str(out), "--quiet", *flags]) == 2

@@ -11,9 +11,14 @@ from turbotrain.pretrain.data import build_pretrain_data, unigram_accuracy
 from turbotrain.pretrain.metrics import evaluate_masked
 from turbotrain.pretrain.probes import choose_probes, first_sentence, make_probe
 
-SENTENCES = ["Return the number of items in the list.", "Open the file and read its contents.",
-             "This module provides functions for working with paths.", "x = f(y) + 1", "Short one.",
-             "Raise an error when the value is negative, otherwise return it."]
+SENTENCES = [
+    "Return the number of items in the list.",
+    "Open the file and read its contents.",
+    "This module provides functions for working with paths.",
+    "x = f(y) + 1",
+    "Short one.",
+    "Raise an error when the value is negative, otherwise return it.",
+]
 
 
 @pytest.fixture(scope="module")

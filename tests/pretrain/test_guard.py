@@ -24,10 +24,17 @@ def test_second_run_into_the_same_directory_is_refused(tmp_path):
 def test_lock_held_by_another_process_is_refused_and_released_when_it_dies(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, time; f = open(os.path.join("
-                               f"{str(out)!r}, {LOCK_NAME!r}), 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
-                               "f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)"],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, os, time; f = open(os.path.join("
+            f"{str(out)!r}, {LOCK_NAME!r}), 'a+'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "f.write(str(os.getpid())); f.flush(); print('held', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(ValueError, match=rf"pid {holder.pid}"):
@@ -58,4 +65,3 @@ def test_read_only_existing_output_dir_is_refused(tmp_path, capsys):
         assert "is not writable" in capsys.readouterr().err
     finally:
         out.chmod(0o755)
-

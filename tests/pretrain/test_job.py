@@ -10,8 +10,19 @@ from transformers import AutoModelForMaskedLM, AutoTokenizer
 from turbotrain.pretrain import PretrainConfig, TrainingStopped, run_pretrain
 from turbotrain.utils.plotting import is_matplotlib_available
 
-TINY = dict(vocab_size=1000, hidden_size=32, num_layers=1, num_heads=2, seq_len=32, batch_size=8, logging_steps=5,
-            warmup_steps=2, eval_steps=10, save_steps=10, progress=False)
+TINY = dict(
+    vocab_size=1000,
+    hidden_size=32,
+    num_layers=1,
+    num_heads=2,
+    seq_len=32,
+    batch_size=8,
+    logging_steps=5,
+    warmup_steps=2,
+    eval_steps=10,
+    save_steps=10,
+    progress=False,
+)
 
 
 def assert_png(path, min_bytes=10_000):
@@ -38,8 +49,12 @@ def test_tiny_run_compares_scores_held_out_tokens_fills_masks_and_plots(tmp_path
 
 @pytest.mark.slow
 def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_good_checkpoint(tmp_path):
-    cfg = PretrainConfig(output_dir=str(tmp_path / "out"), max_steps=40, learning_rate=1e38,
-                         **{**TINY, "warmup_steps": 0, "logging_steps": 1, "save_steps": 1})
+    cfg = PretrainConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=40,
+        learning_rate=1e38,
+        **{**TINY, "warmup_steps": 0, "logging_steps": 1, "save_steps": 1},
+    )
     with pytest.raises(TrainingStopped, match=r"training stopped at step \d+: the (loss|grad norm|weights)"):
         run_pretrain(cfg)
     assert not (tmp_path / "out" / "model.safetensors").exists()

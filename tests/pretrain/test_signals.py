@@ -12,16 +12,45 @@ from pathlib import Path
 
 import pytest
 
-FLAGS = ["--vocab-size", "1000", "--hidden-size", "32", "--layers", "1", "--heads", "2", "--seq-len", "32",
-         "--batch-size", "8", "--warmup-steps", "2", "--logging-steps", "5", "--eval-steps", "50", "--save-steps", "50",
-         "--no-plot"]
+FLAGS = [
+    "--vocab-size",
+    "1000",
+    "--hidden-size",
+    "32",
+    "--layers",
+    "1",
+    "--heads",
+    "2",
+    "--seq-len",
+    "32",
+    "--batch-size",
+    "8",
+    "--warmup-steps",
+    "2",
+    "--logging-steps",
+    "5",
+    "--eval-steps",
+    "50",
+    "--save-steps",
+    "50",
+    "--no-plot",
+]
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def start(out: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "turbotrain.cli", "pretrain", "--output-dir", str(out), *FLAGS,
-                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+        "PYTHONUNBUFFERED": "1",
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "turbotrain.cli", "pretrain", "--output-dir", str(out), *FLAGS, *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def interrupt_when_training(proc: subprocess.Popen, sig: int) -> str:
@@ -53,4 +82,6 @@ def test_signal_saves_a_checkpoint_and_stops_cleanly(tmp_path, sig, code):
         finish = start(tmp_path / "out", "--steps", str(step + 10), "--resume")
         output, _ = finish.communicate(timeout=300)
         assert finish.returncode == 0, output[-2000:]
-        assert (tmp_path / "out" / f"checkpoint-{step + 10}").is_dir() and (tmp_path / "out" / "model.safetensors").exists()
+        assert (tmp_path / "out" / f"checkpoint-{step + 10}").is_dir() and (
+            tmp_path / "out" / "model.safetensors"
+        ).exists()

@@ -43,10 +43,18 @@ def main() -> None:
     extra = {"fsdp": "full_shard"} if "fsdp" in sys.argv else {}
     for stage in (1, 2):
         if f"zero{stage}" in sys.argv:
-            extra["deepspeed"] = {"zero_optimization": {"stage": stage}, "train_micro_batch_size_per_gpu": "auto",
-                                  "gradient_accumulation_steps": "auto", "zero_allow_untested_optimizer": True}
-    args = TurboTrainingArguments(output_dir=str(out / "run"), backend=backend,
-                                  **{**COMMON, "per_device_train_batch_size": per_device, "max_steps": 8}, **extra)
+            extra["deepspeed"] = {
+                "zero_optimization": {"stage": stage},
+                "train_micro_batch_size_per_gpu": "auto",
+                "gradient_accumulation_steps": "auto",
+                "zero_allow_untested_optimizer": True,
+            }
+    args = TurboTrainingArguments(
+        output_dir=str(out / "run"),
+        backend=backend,
+        **{**COMMON, "per_device_train_batch_size": per_device, "max_steps": 8},
+        **extra,
+    )
     trainer = TurboTrainer(model=make("roberta", dropout=False), args=args, train_dataset=dataset(n=64))
     held_out = HeldOutLoss()
     trainer.add_callback(held_out)
@@ -54,9 +62,17 @@ def main() -> None:
     if trainer.args.process_index == 0:
         losses = held_out.losses
         wrapped = str(trainer.accelerator.distributed_type)
-        (out / "losses.json").write_text(json.dumps({"losses": losses, "world_size": trainer.args.world_size,
-                                                     "wrapped": wrapped, "passes": trainer.turbo_report.applied,
-                                                     "threads": torch.get_num_threads()}))
+        (out / "losses.json").write_text(
+            json.dumps(
+                {
+                    "losses": losses,
+                    "world_size": trainer.args.world_size,
+                    "wrapped": wrapped,
+                    "passes": trainer.turbo_report.applied,
+                    "threads": torch.get_num_threads(),
+                }
+            )
+        )
     if torch.distributed.is_initialized():  # a clean teardown: gloo's threads aborted one rank at exit once
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()

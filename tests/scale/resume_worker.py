@@ -50,8 +50,10 @@ def main() -> None:
     resume = "resume" in sys.argv
     if "slow-save-at-step" in sys.argv:
         SlowSave.slow_step = int(sys.argv[sys.argv.index("slow-save-at-step") + 1])
-    args = TurboTrainingArguments(output_dir=out_dir, **{**COMMON, "max_steps": STEPS, "save_strategy": "steps",
-                                                         "save_steps": SAVE_EVERY, "save_total_limit": 2})
+    args = TurboTrainingArguments(
+        output_dir=out_dir,
+        **{**COMMON, "max_steps": STEPS, "save_strategy": "steps", "save_steps": SAVE_EVERY, "save_total_limit": 2},
+    )
     trainer = SlowSave(model=make("roberta"), args=args, train_dataset=dataset(n=96))  # dropout on: RNG matters
     trainer.add_callback(LossFile(losses))
     trainer.train(resume_from_checkpoint=True if resume else None)

@@ -21,8 +21,19 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
 def run(out: Path, per_device: int, *extra: str, processes: int = 1) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     module = ["-m", "tests.scale.ddp_worker", str(out), str(per_device), *extra]
-    launcher = [sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}",
-                "--master_port=0", "--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0"] if processes > 1 else [sys.executable]
+    launcher = (
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            f"--nproc_per_node={processes}",
+            "--master_port=0",
+            "--rdzv_backend=c10d",
+            "--rdzv_endpoint=localhost:0",
+        ]
+        if processes > 1
+        else [sys.executable]
+    )
     done = subprocess.run([*launcher, *module], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads((out / "losses.json").read_text())

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.scale.resume_worker import STEPS
+from tests.scale.resume_worker import SAVE_EVERY, STEPS
+from turbotrain import checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,11 +71,19 @@ def test_sigkill_at_a_random_step_then_resume(tmp_path, uninterrupted):
     wait_for(lambda: max(read_losses(losses), default=0) >= kill_after, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    saved = newest_good_checkpoint_step(tmp_path / "out")  # the kill may land a step or two after kill_after
+    assert saved is not None and saved >= kill_after - SAVE_EVERY, (saved, kill_after)
     resumed_log = tmp_path / "resumed.jsonl"
     finish(worker(tmp_path / "out", resumed_log, "resume"))
     resumed = read_losses(resumed_log)
-    assert min(resumed) <= kill_after + 1, "resume must start from the last checkpoint before the kill"
+    assert min(resumed) == saved + 1, "resume must start right after the newest checkpoint committed before the kill"
     assert_resumed_like_uninterrupted(resumed, uninterrupted)
+
+
+def newest_good_checkpoint_step(output_dir: Path) -> int | None:
+    """The step of the newest committed, undamaged checkpoint-N (read only: nothing is set aside)."""
+    steps = sorted((int(p.name.split("-")[1]) for p in output_dir.glob("checkpoint-*") if p.is_dir()), reverse=True)
+    return next((step for step in steps if checkpoints.problem(output_dir / f"checkpoint-{step}") is None), None)
 
 
 @pytest.mark.slow

@@ -64,10 +64,20 @@ def run_key(args: TrainingArguments, model: nn.Module, scope: str) -> str:
     device = torch.cuda.get_device_name(0) if args.device.type == "cuda" else cpu_model()
     dtype = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
     config = unwrap(model).config
-    sizes = [str(getattr(config, name, "")) for name in ("hidden_size", "num_hidden_layers", "num_attention_heads",
-                                                         "vocab_size")]
-    return digest(device, torch.__version__, dtype, type(unwrap(model)).__name__, *sizes,
-                  str(args.per_device_train_batch_size), str(args.gradient_accumulation_steps), scope)
+    sizes = [
+        str(getattr(config, name, ""))
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+    ]
+    return digest(
+        device,
+        torch.__version__,
+        dtype,
+        type(unwrap(model)).__name__,
+        *sizes,
+        str(args.per_device_train_batch_size),
+        str(args.gradient_accumulation_steps),
+        scope,
+    )
 
 
 def read_cache(key: str) -> dict | None:
@@ -156,12 +166,16 @@ class AutoChooser(TrainerCallback):
             b.plan = f"{cached['choice']} (cached measurement of {cached.get('date', '?')}: {_figures(cached)})"
             b.use(cached["choice"])
         elif state.max_steps < options.min_steps:
-            b.plan = f"eager (a run of {state.max_steps} steps is too short to pay for measuring inductor: " \
-                     f"needs >= {options.min_steps})"
+            b.plan = (
+                f"eager (a run of {state.max_steps} steps is too short to pay for measuring inductor: "
+                f"needs >= {options.min_steps})"
+            )
         else:
             m = options.measure_steps
-            b.plan = f"eager, then the faster of eager and inductor, timed on steps 2-{1 + m} and " \
-                     f"{2 + m + COMPILE_STEPS}-{1 + 2 * m + COMPILE_STEPS}"
+            b.plan = (
+                f"eager, then the faster of eager and inductor, timed on steps 2-{1 + m} and "
+                f"{2 + m + COMPILE_STEPS}-{1 + 2 * m + COMPILE_STEPS}"
+            )
             self.measuring = True
 
     def on_step_begin(self, args, state, control, **kwargs):

@@ -57,7 +57,9 @@ class OrtOptions(BackendOptions):
         if not isinstance(self.check_first_run, bool):
             raise ValueError(f"check_first_run must be True or False, got {self.check_first_run!r}")
         if not isinstance(self.session_options, dict):
-            raise ValueError(f"session_options must be a dict of SessionOptions attributes, got {self.session_options!r}")
+            raise ValueError(
+                f"session_options must be a dict of SessionOptions attributes, got {self.session_options!r}"
+            )
 
 
 def ort_config(options: OrtOptions, device: torch.device):
@@ -110,8 +112,9 @@ class OnnxRuntimeBackend(Backend):
     def check_available(self, args: TrainingArguments) -> None:
         for package in ("onnxruntime", "onnxscript", "onnx"):
             if not is_available(package):
-                raise BackendUnavailable(f"backend='onnxruntime' needs the '{package}' package: "
-                                         "pip install 'turbotrain[onnx]'")
+                raise BackendUnavailable(
+                    f"backend='onnxruntime' needs the '{package}' package: pip install 'turbotrain[onnx]'"
+                )
         self.config = ort_config(self.options, args.device)
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
@@ -121,5 +124,9 @@ class OnnxRuntimeBackend(Backend):
     def report(self) -> dict:
         from turbotrain.backends.ort_graph import STATS
 
-        return {"exports": STATS.exports, "cache_hits": STATS.cache_hits, "export_s": round(STATS.export_seconds, 1),
-                "fallbacks": list(STATS.fallbacks)}
+        return {
+            "exports": STATS.exports,
+            "cache_hits": STATS.cache_hits,
+            "export_s": round(STATS.export_seconds, 1),
+            "fallbacks": list(STATS.fallbacks),
+        }

@@ -33,8 +33,16 @@ from turbotrain.export.onnx_graph import ExportError, export_module, save_onnx
 from turbotrain.utils.warnings import warn_once
 
 CHECK_RTOL, CHECK_ATOL = 1e-4, 1e-6  # first-run check: |ort - eager| <= rtol * max|eager| + atol
-_DTYPES = {torch.float32: np.float32, torch.float16: np.float16, torch.int64: np.int64, torch.int32: np.int32,
-           torch.bool: np.bool_, torch.float64: np.float64, torch.uint8: np.uint8, torch.int8: np.int8}
+_DTYPES = {
+    torch.float32: np.float32,
+    torch.float16: np.float16,
+    torch.int64: np.int64,
+    torch.int32: np.int32,
+    torch.bool: np.bool_,
+    torch.float64: np.float64,
+    torch.uint8: np.uint8,
+    torch.int8: np.int8,
+}
 
 
 @dataclass
@@ -59,15 +67,19 @@ class OrtConfig:
 
 
 def _is_symbolic(value) -> bool:
-    return isinstance(value, torch.SymInt) and not isinstance(value.node.expr, int) and \
-        not getattr(value.node.expr, "is_number", False)
+    return (
+        isinstance(value, torch.SymInt)
+        and not isinstance(value.node.expr, int)
+        and not getattr(value.node.expr, "is_number", False)
+    )
 
 
 class TensorInputs(torch.nn.Module):
     """`graph(*args)` with only tensor inputs and outputs: integer inputs are computed from tensor sizes."""
 
-    def __init__(self, graph: GraphModule, int_exprs: dict, symbols: dict, tensor_positions: list[int],
-                 tensor_outputs: list[int]):
+    def __init__(
+        self, graph: GraphModule, int_exprs: dict, symbols: dict, tensor_positions: list[int], tensor_outputs: list[int]
+    ):
         super().__init__()
         import sympy
 
@@ -110,8 +122,11 @@ class OrtGraph:
         self.symint_outputs = [i for i, v in enumerate(out_values) if isinstance(v, torch.SymInt)]
         # The exporter names a graph input after the output that returns it unchanged: bind by name.
         tensor_index = {self.placeholders[p]: t for t, p in enumerate(self.tensor_positions)}
-        self.input_of_name = {f"output_{i}": tensor_index[output_node.args[0][i]] for i in self.tensor_outputs
-                              if output_node.args[0][i] in tensor_index}
+        self.input_of_name = {
+            f"output_{i}": tensor_index[output_node.args[0][i]]
+            for i in self.tensor_outputs
+            if output_node.args[0][i] in tensor_index
+        }
         self.values = values
         self.session = None
         self.eager = False
@@ -149,20 +164,26 @@ class OrtGraph:
                 self.carriers.append(position)
                 self.int_exprs[position] = expr
             else:
-                raise ExportError(f"{self.kind} graph input {self.placeholders[position].name} = {expr} is not "
-                                  "computable from tensor dimensions")
+                raise ExportError(
+                    f"{self.kind} graph input {self.placeholders[position].name} = {expr} is not "
+                    "computable from tensor dimensions"
+                )
 
     def _session_inputs(self, args: list) -> list[torch.Tensor]:
         """The tensor inputs, then one uint8 tensor of length n per size n that no tensor carries."""
         # (Before the dropout masks are drawn, their slots are None.)
-        return [*(args[p] if p < len(args) else None for p in self.tensor_positions),
-                *(torch.empty(int(args[p]), dtype=torch.uint8) for p in self.carriers)]
+        return [
+            *(args[p] if p < len(args) else None for p in self.tensor_positions),
+            *(torch.empty(int(args[p]), dtype=torch.uint8) for p in self.carriers),
+        ]
 
     def _symbol_values(self, args: list) -> dict:
         """This call's value of every symbol, read once per call off the inputs that carry them."""
         count = len(self.tensor_positions)
-        return {s: (args[self.tensor_positions[t]].shape[d] if t < count else int(args[self.carriers[t - count]]))
-                for s, (t, d) in self.symbols.items()}
+        return {
+            s: (args[self.tensor_positions[t]].shape[d] if t < count else int(args[self.carriers[t - count]]))
+            for s, (t, d) in self.symbols.items()
+        }
 
     @staticmethod
     def _size(values: dict, value) -> int:
@@ -184,25 +205,46 @@ class OrtGraph:
         import onnxruntime
         import onnxscript
 
-        meta = [(str(v.dtype), [str(s) for s in v.shape]) for v in
-                (self.values[p] for p in self.tensor_positions) if isinstance(v, torch.Tensor)]
-        text = "\n".join([self.graph.code, repr(meta), repr(self.int_exprs), torch.__version__,
-                          onnxruntime.__version__, onnxscript.__version__, ",".join(self.config.providers),
-                          "turbotrain-ort-1"])
+        meta = [
+            (str(v.dtype), [str(s) for s in v.shape])
+            for v in (self.values[p] for p in self.tensor_positions)
+            if isinstance(v, torch.Tensor)
+        ]
+        text = "\n".join(
+            [
+                self.graph.code,
+                repr(meta),
+                repr(self.int_exprs),
+                torch.__version__,
+                onnxruntime.__version__,
+                onnxscript.__version__,
+                ",".join(self.config.providers),
+                "turbotrain-ort-1",
+            ]
+        )
         digest = hashlib.sha256(_renumber_symbols(text).encode())
         for name, buffer in self.graph.named_buffers():
-            digest.update(name.encode() + buffer.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # noqa: E501
+            digest.update(
+                name.encode() + buffer.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            )  # noqa: E501
         return digest.hexdigest()[:32]
 
     def _export(self, tensors: list[torch.Tensor]):
-        dynamic = tuple({dim: torch.export.Dim.AUTO for dim, size in enumerate(self.values[p].shape)
-                         if _is_symbolic(size)} or None for p in self.tensor_positions)
+        dynamic = tuple(
+            {dim: torch.export.Dim.AUTO for dim, size in enumerate(self.values[p].shape) if _is_symbolic(size)} or None
+            for p in self.tensor_positions
+        )
         dynamic += tuple({0: torch.export.Dim.AUTO} for _ in self.carriers)
         module = TensorInputs(self.graph, self.int_exprs, self.symbols, self.tensor_positions, self.tensor_outputs)
         names = [f"input_{i}" for i in range(len(tensors))]
         # Detached: parameters given to torch.export as user inputs fail inside its functionalization.
-        return export_module(module, [t.detach() for t in tensors], names, [f"output_{i}" for i in self.tensor_outputs],
-                             dynamic_shapes={"inputs": dynamic})
+        return export_module(
+            module,
+            [t.detach() for t in tensors],
+            names,
+            [f"output_{i}" for i in self.tensor_outputs],
+            dynamic_shapes={"inputs": dynamic},
+        )
 
     def _open(self, tensors: list[torch.Tensor]) -> None:
         import time
@@ -221,8 +263,9 @@ class OrtGraph:
             STATS.export_seconds += time.perf_counter() - start
             if path is None:
                 options = self._session_options(ort)
-                self.session = ort.InferenceSession(proto.SerializeToString(), sess_options=options,
-                                                    providers=list(self.config.providers))
+                self.session = ort.InferenceSession(
+                    proto.SerializeToString(), sess_options=options, providers=list(self.config.providers)
+                )
                 return
             save_onnx(proto, path)
         options = self._session_options(ort)
@@ -256,8 +299,12 @@ class OrtGraph:
         self.session.run_with_iobinding(binding)
         names = [o.name for o in self.session.get_outputs() if o.name not in passthrough]
         arrays = dict(zip(names, binding.copy_outputs_to_cpu()))
-        return [passthrough[f"output_{i}"] if f"output_{i}" in passthrough
-                else torch.from_numpy(np.asarray(arrays[f"output_{i}"])) for i in self.tensor_outputs]
+        return [
+            passthrough[f"output_{i}"]
+            if f"output_{i}" in passthrough
+            else torch.from_numpy(np.asarray(arrays[f"output_{i}"]))
+            for i in self.tensor_outputs
+        ]
 
     def _assemble(self, args: list, tensor_outputs: list[torch.Tensor]) -> list:
         """Full output list: tensors in the expected strides, symbolic ints evaluated from input sizes."""
@@ -330,8 +377,9 @@ def _restride(tensor: torch.Tensor, expected) -> torch.Tensor:
     """Lay out a contiguous result in the stride order the graph's output had (dense, same order)."""
     if not isinstance(expected, torch.Tensor) or tensor.dim() < 2:
         return tensor
-    strides = [int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else s
-               for s in expected.stride()]
+    strides = [
+        int(s.node.hint) if isinstance(s, torch.SymInt) and s.node.hint is not None else s for s in expected.stride()
+    ]
     if any(not isinstance(s, int) for s in strides):
         return tensor
     order = sorted(range(tensor.dim()), key=lambda d: -strides[d])

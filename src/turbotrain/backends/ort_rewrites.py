@@ -54,7 +54,6 @@ def masks_for_dropout(graph: GraphModule) -> list[tuple[float, str]]:
     return masks
 
 
-
 def _shape(node) -> tuple | None:
     value = getattr(node, "meta", {}).get("val")
     return tuple(value.shape) if isinstance(value, torch.Tensor) else None

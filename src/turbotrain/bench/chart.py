@@ -16,8 +16,13 @@ def plot_bench(result: dict, path: Path) -> Path:
     bars = speed.bar(names, [r.get("tokens_per_s") or 0 for r in rows], color="tab:blue")
     for bar, row in zip(bars, rows):
         if row.get("ratio_to_stock"):
-            speed.annotate(f"{row['ratio_to_stock']:.2f}x", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                           ha="center", va="bottom", fontsize=9)
+            speed.annotate(
+                f"{row['ratio_to_stock']:.2f}x",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize=9,
+            )
     speed.set_ylabel("tokens/s (median)")
     memory.bar(names, [r.get("peak_memory_mb") or 0 for r in rows], color="tab:orange")
     memory.set_ylabel(f"peak memory, MB ({result.get('memory_kind', 'measured')})"[:60])

@@ -63,8 +63,11 @@ class StepWork:
     attention_square: int
 
     def __add__(self, other: StepWork) -> StepWork:
-        return StepWork(self.body_tokens + other.body_tokens, self.head_rows + other.head_rows,
-                        self.attention_square + other.attention_square)
+        return StepWork(
+            self.body_tokens + other.body_tokens,
+            self.head_rows + other.head_rows,
+            self.attention_square + other.attention_square,
+        )
 
 
 def batch_work(batch: dict, *, packed: bool, sparse_head: bool, causal: bool) -> StepWork:
@@ -89,8 +92,11 @@ def batch_work(batch: dict, *, packed: bool, sparse_head: bool, causal: bool) ->
 
 def step_flops(model: ModelFlops, work: StepWork) -> float:
     """FLOPs of forward + backward for `work` (the formula of the module docstring)."""
-    return (6.0 * model.body_params * work.body_tokens + 6.0 * model.head_params * work.head_rows
-            + 12.0 * model.layers * model.hidden * work.attention_square)
+    return (
+        6.0 * model.body_params * work.body_tokens
+        + 6.0 * model.head_params * work.head_rows
+        + 12.0 * model.layers * model.hidden * work.attention_square
+    )
 
 
 def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> tuple[float, float]:
@@ -99,8 +105,16 @@ def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> tuple[float, f
     return achieved, achieved / peak_flops_per_s if peak_flops_per_s > 0 else 0.0
 
 
-def run_line(model: nn.Module, *, tokens: int, seq_len: int, seconds: float, head_rows: int | None = None,
-             bf16: bool = False, device: str | torch.device = "cpu") -> str:
+def run_line(
+    model: nn.Module,
+    *,
+    tokens: int,
+    seq_len: int,
+    seconds: float,
+    head_rows: int | None = None,
+    bf16: bool = False,
+    device: str | torch.device = "cpu",
+) -> str:
     """MFU of a whole training run on fixed blocks of `seq_len` (the main job's line): measures the peak
     now (~1 s), counts `tokens` through the body, `head_rows` (default: all tokens) through the head."""
     from turbotrain.bench.peak import matmul_peak
@@ -113,5 +127,7 @@ def run_line(model: nn.Module, *, tokens: int, seq_len: int, seconds: float, hea
 def describe(flops: float, seconds: float, peak_flops_per_s: float, dtype: str) -> str:
     """One line for a log or a console: 'achieved 41.2 GFLOP/s = 48% of the measured fp32 matmul peak (85.9)'."""
     achieved, share = mfu(flops, seconds, peak_flops_per_s)
-    return (f"achieved {achieved / 1e9:,.1f} GFLOP/s = {share:.0%} MFU of the measured {dtype} matmul peak "
-            f"({peak_flops_per_s / 1e9:,.1f} GFLOP/s)")
+    return (
+        f"achieved {achieved / 1e9:,.1f} GFLOP/s = {share:.0%} MFU of the measured {dtype} matmul peak "
+        f"({peak_flops_per_s / 1e9:,.1f} GFLOP/s)"
+    )

@@ -30,9 +30,11 @@ def peak_rss_mb() -> float:
 def batches(count: int, batch: int, seq: int, vocab: int, labels: int):
     rng = np.random.default_rng(0)
     for _ in range(count):
-        yield {"input_ids": rng.integers(3, vocab, (batch, seq), dtype=np.int64),
-               "attention_mask": np.ones((batch, seq), dtype=np.int64),
-               "labels": rng.integers(0, labels, (batch,), dtype=np.int64)}
+        yield {
+            "input_ids": rng.integers(3, vocab, (batch, seq), dtype=np.int64),
+            "attention_mask": np.ones((batch, seq), dtype=np.int64),
+            "labels": rng.integers(0, labels, (batch,), dtype=np.int64),
+        }
 
 
 def run_ondevice(artifacts: str, data):
@@ -83,8 +85,17 @@ def main() -> None:
         losses.append(step(b))
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    print(json.dumps({"mode": mode, "step_ms": 1000 * statistics.median(times), "losses": losses,
-                      "peak_rss_mb": peak_rss_mb(), "torch_loaded": sys.modules.get("torch") is not None}))
+    print(
+        json.dumps(
+            {
+                "mode": mode,
+                "step_ms": 1000 * statistics.median(times),
+                "losses": losses,
+                "peak_rss_mb": peak_rss_mb(),
+                "torch_loaded": sys.modules.get("torch") is not None,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

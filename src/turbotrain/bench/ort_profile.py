@@ -39,8 +39,9 @@ def op_times(profile_files: list[Path], skip_runs: int = 2) -> dict[str, float]:
     return dict(sorted(totals.items(), key=lambda item: -item[1]))
 
 
-def profile_onnxruntime(workload: Workload, steps: int = 5, out_dir: str = "profile-ort",
-                        console: Console | None = None) -> dict[str, float]:
+def profile_onnxruntime(
+    workload: Workload, steps: int = 5, out_dir: str = "profile-ort", console: Console | None = None
+) -> dict[str, float]:
     console = console or Console()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

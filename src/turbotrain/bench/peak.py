@@ -34,8 +34,9 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def matmul_peak(dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", size: int = 2048,
-                repeats: int = 5) -> MatmulPeak:
+def matmul_peak(
+    dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu", size: int = 2048, repeats: int = 5
+) -> MatmulPeak:
     """Best measured FLOP/s of `size`×`size` @ `size`×`size` matmuls in `dtype` on `device`."""
     device = torch.device(device)
     generator = torch.Generator().manual_seed(0)

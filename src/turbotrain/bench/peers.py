@@ -49,8 +49,13 @@ class CountingCollator:
             mask = torch.ones_like(batch["input_ids"])
         self.real.append(int(mask.sum()))
         self.padded.append(mask.numel())
-        self.work.append({(packed, sparse): batch_work(batch, packed=packed, sparse_head=sparse, causal=self.causal)
-                          for packed in (False, True) for sparse in (False, True)})
+        self.work.append(
+            {
+                (packed, sparse): batch_work(batch, packed=packed, sparse_head=sparse, causal=self.causal)
+                for packed in (False, True)
+                for sparse in (False, True)
+            }
+        )
         return batch
 
 
@@ -77,15 +82,24 @@ class StepClock(TrainerCallback):
 def _common(workload: Workload, output_dir: str) -> dict:
     on_cpu = not torch.cuda.is_available()
     return dict(
-        output_dir=output_dir, per_device_train_batch_size=workload.batch_size,
-        max_steps=workload.warmup + workload.steps, learning_rate=1e-4, warmup_steps=0, logging_steps=1,
-        save_strategy="no", report_to="none", disable_tqdm=True, seed=workload.seed, dataloader_num_workers=0,
-        bf16=workload.bf16, use_cpu=on_cpu and workload.bf16,
+        output_dir=output_dir,
+        per_device_train_batch_size=workload.batch_size,
+        max_steps=workload.warmup + workload.steps,
+        learning_rate=1e-4,
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=workload.seed,
+        dataloader_num_workers=0,
+        bf16=workload.bf16,
+        use_cpu=on_cpu and workload.bf16,
     )
 
 
 def peer_backend(peer: str, default: str) -> tuple[str, dict | None]:
-    """"turbo" -> (default, None); "turbo:inductor" -> ("inductor", None);
+    """ "turbo" -> (default, None); "turbo:inductor" -> ("inductor", None);
     "turbo:inductor:scope=blocks" -> ("inductor", {"scope": "blocks"}) (options: key=value, comma-separated)."""
     parts = peer.split(":", 2)
     backend = parts[1] if len(parts) > 1 else default
@@ -110,6 +124,7 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
         return Trainer(model=model, args=args, **kw)
     switched_off = {name: False for name in workload.turbo_off}
     backend, options = peer_backend(peer, workload.backend)
-    args = TurboTrainingArguments(backend=backend, backend_options=options, **switched_off,
-                                  **_common(workload, output_dir))
+    args = TurboTrainingArguments(
+        backend=backend, backend_options=options, **switched_off, **_common(workload, output_dir)
+    )
     return TurboTrainer(model=model, args=args, **kw)

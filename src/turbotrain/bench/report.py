@@ -73,14 +73,18 @@ def _cell(key: str, value) -> str:
 
 
 def rows(result: dict) -> list[list[str]]:
-    return [[_cell(k, name if k == "peer" else row.get(k)) for _, k in COLUMNS] for name, row in result["peers"].items()]
+    return [
+        [_cell(k, name if k == "peer" else row.get(k)) for _, k in COLUMNS] for name, row in result["peers"].items()
+    ]
 
 
 def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
-    task = {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification", "clm": "GPT-2 causal LM"}.get(w["task"]) or \
-        f"Qwen2-shaped SFT, {'LoRA' if w.get('lora') else 'full fine-tune'}, {'untied' if w.get('untied') else 'tied'},"
+    task = (
+        {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification", "clm": "GPT-2 causal LM"}.get(w["task"])
+        or f"Qwen2-shaped SFT, {'LoRA' if w.get('lora') else 'full fine-tune'}, {'untied' if w.get('untied') else 'tied'},"
+    )
     off = f" (turbo without {', '.join(w['turbo_off'])})" if w.get("turbo_off") else ""
     lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
     lines = [
@@ -106,12 +110,16 @@ def _data_lines(result: dict) -> list[str]:
     peak = result.get("matmul_peak")
     if peak:
         flags = result["environment"].get("cpu_flags")
-        lines.append(f"Matmul peak ({peak['dtype']}, {peak['size']}², measured at the start): "
-                     f"{peak['flops_per_s'] / 1e9:,.1f} GFLOP/s on {peak['device']}"
-                     f"{f' (CPU flags: {flags})' if flags else ''}; MFU = achieved FLOP/s (bench/flops.py) / that.")
+        lines.append(
+            f"Matmul peak ({peak['dtype']}, {peak['size']}², measured at the start): "
+            f"{peak['flops_per_s'] / 1e9:,.1f} GFLOP/s on {peak['device']}"
+            f"{f' (CPU flags: {flags})' if flags else ''}; MFU = achieved FLOP/s (bench/flops.py) / that."
+        )
     if "padding_share" in result:
-        lines.append(f"Padding share of stock's batches (measured steps): {result['padding_share']:.0%}; "
-                     f"tokens/s counts real tokens only.")
+        lines.append(
+            f"Padding share of stock's batches (measured steps): {result['padding_share']:.0%}; "
+            f"tokens/s counts real tokens only."
+        )
     if "length_histogram" in result:
         shown = ", ".join(f"{k}: {v:,}" for k, v in result["length_histogram"].items())
         lines.append(f"Example lengths (tokens): {shown}.")

@@ -48,13 +48,19 @@ class PeerRuns:
 
     def throughputs(self, warmup: int) -> list[float]:
         """Real tokens per second of every measured step."""
-        return [t / s for seconds, tokens in zip(self.step_seconds, self.step_tokens)
-                for s, t in list(zip(seconds, tokens))[warmup:]]
+        return [
+            t / s
+            for seconds, tokens in zip(self.step_seconds, self.step_tokens)
+            for s, t in list(zip(seconds, tokens))[warmup:]
+        ]
 
     def flops_per_s(self, warmup: int, model: ModelFlops) -> list[float]:
         """Achieved FLOP/s of every measured step (bench/flops.py)."""
-        return [step_flops(model, w) / s for seconds, work in zip(self.step_seconds, self.step_work)
-                for s, w in list(zip(seconds, work))[warmup:]]
+        return [
+            step_flops(model, w) / s
+            for seconds, work in zip(self.step_seconds, self.step_work)
+            for s, w in list(zip(seconds, work))[warmup:]
+        ]
 
     def padding_share(self, warmup: int) -> float:
         real = sum(t for tokens in self.step_tokens for t in tokens[warmup:])
@@ -97,8 +103,13 @@ def loss_difference(runs: PeerRuns, stock: PeerRuns) -> tuple[float, float]:
     return max(abs(a - b) for a, b in pairs), max(abs(a - b) / abs(b) for a, b in pairs)
 
 
-def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, model: ModelFlops | None = None,
-              peak: dict | None = None) -> dict:
+def summarize(
+    workload: Workload,
+    runs: dict[str, PeerRuns],
+    memory_kind: str,
+    model: ModelFlops | None = None,
+    peak: dict | None = None,
+) -> dict:
     stock = runs.get("stock")
     rows = {}
     for name, peer in runs.items():
@@ -108,7 +119,7 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
             "gflops_per_s": achieved / 1e9 if achieved is not None else None,
             "mfu": achieved / peak["flops_per_s"] if achieved is not None and peak else None,
             "tokens_per_s": statistics.median(peer.throughputs(workload.warmup)),
-            "median_step_s": statistics.median(s for seconds in peer.step_seconds for s in seconds[workload.warmup:]),
+            "median_step_s": statistics.median(s for seconds in peer.step_seconds for s in seconds[workload.warmup :]),
             "first_step_s": peer.step_seconds[0][0],
             "peak_memory_mb": max(peer.peaks_mb) if peer.peaks_mb else None,
             "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
@@ -123,8 +134,13 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
     if stock is not None:
         for row in rows.values():
             row["ratio_to_stock"] = row["tokens_per_s"] / rows["stock"]["tokens_per_s"]
-    result = {"workload": workload.describe(), "command": workload.command(), "memory_kind": memory_kind,
-              "environment": environment(), "peers": rows}
+    result = {
+        "workload": workload.describe(),
+        "command": workload.command(),
+        "memory_kind": memory_kind,
+        "environment": environment(),
+        "peers": rows,
+    }
     if peak is not None:
         result["matmul_peak"] = peak
     if stock is not None:

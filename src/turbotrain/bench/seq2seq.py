@@ -94,17 +94,36 @@ class LabelCounter:
 
 def initial_model(bench: Seq2SeqBench, tokenizer):
     torch.manual_seed(bench.seed)
-    ids = dict(pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id,
-               eos_token_id=tokenizer.eos_token_id, decoder_start_token_id=tokenizer.bos_token_id)
-    sizes = dict(vocab_size=bench.vocab_size, d_model=bench.hidden_size, encoder_layers=bench.layers,
-                 decoder_layers=bench.layers, encoder_attention_heads=bench.heads, decoder_attention_heads=bench.heads,
-                 encoder_ffn_dim=4 * bench.hidden_size, decoder_ffn_dim=4 * bench.hidden_size, dropout=0.0,
-                 attention_dropout=0.0, activation_dropout=0.0, **ids)
+    ids = dict(
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=tokenizer.bos_token_id,
+    )
+    sizes = dict(
+        vocab_size=bench.vocab_size,
+        d_model=bench.hidden_size,
+        encoder_layers=bench.layers,
+        decoder_layers=bench.layers,
+        encoder_attention_heads=bench.heads,
+        decoder_attention_heads=bench.heads,
+        encoder_ffn_dim=4 * bench.hidden_size,
+        decoder_ffn_dim=4 * bench.hidden_size,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        **ids,
+    )
     if bench.workload == "bart":
         return BartForConditionalGeneration(BartConfig(max_position_embeddings=bench.source_len, **sizes))
-    config = WhisperConfig(num_mel_bins=80, max_source_positions=50 * bench.window_s,
-                           max_target_positions=bench.target_len, suppress_tokens=[], begin_suppress_tokens=[],
-                           **sizes)
+    config = WhisperConfig(
+        num_mel_bins=80,
+        max_source_positions=50 * bench.window_s,
+        max_target_positions=bench.target_len,
+        suppress_tokens=[],
+        begin_suppress_tokens=[],
+        **sizes,
+    )
     model = WhisperForConditionalGeneration(config)
     if bench.freeze_encoder:
         model.freeze_encoder()
@@ -125,19 +144,33 @@ def build_data(bench: Seq2SeqBench, corpus, tokenizer):
     targets = [p.split(". ")[0] for p in paragraphs]
     source = tokenizer(paragraphs, truncation=True, max_length=bench.source_len)
     target = tokenizer(text_target=targets, truncation=True, max_length=bench.target_len)
-    columns = {"input_ids": source["input_ids"], "attention_mask": source["attention_mask"],
-               "labels": target["input_ids"]}
+    columns = {
+        "input_ids": source["input_ids"],
+        "attention_mask": source["attention_mask"],
+        "labels": target["input_ids"],
+    }
     return Dataset.from_dict(columns).shuffle(seed=bench.seed), DataCollatorForSeq2Seq(tokenizer)
 
 
 def build_trainer(peer: str, bench: Seq2SeqBench, model, dataset, collator, output_dir: str):
-    common = dict(output_dir=output_dir, per_device_train_batch_size=bench.batch_size, learning_rate=1e-4,
-                  max_steps=bench.warmup + bench.steps, warmup_steps=0, logging_steps=1, save_strategy="no",
-                  report_to="none", disable_tqdm=True, seed=bench.seed, dataloader_num_workers=0)
+    common = dict(
+        output_dir=output_dir,
+        per_device_train_batch_size=bench.batch_size,
+        learning_rate=1e-4,
+        max_steps=bench.warmup + bench.steps,
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        seed=bench.seed,
+        dataloader_num_workers=0,
+    )
     model = copy.deepcopy(model)
     if peer == "stock":
-        return Seq2SeqTrainer(model=model, args=Seq2SeqTrainingArguments(**common), train_dataset=dataset,
-                              data_collator=collator)
+        return Seq2SeqTrainer(
+            model=model, args=Seq2SeqTrainingArguments(**common), train_dataset=dataset, data_collator=collator
+        )
     backend = peer.split(":", 1)[1] if ":" in peer else bench.backend
     args = turbo_arguments(Seq2SeqTrainingArguments)(backend=backend, **common)
     return turbo(Seq2SeqTrainer)(model=model, args=args, train_dataset=dataset, data_collator=collator)
@@ -160,9 +193,9 @@ def run_segment(peer: str, bench: Seq2SeqBench, model, dataset, collator, runs: 
     trainer, seconds, peak = timed_train(lambda tmp: build_trainer(peer, bench, model, dataset, counter, tmp), memory)
     if runs.first_step_s is None:
         runs.first_step_s = seconds[0]
-    runs.seconds += seconds[bench.warmup:]
-    runs.kept += counter.kept[bench.warmup:len(seconds)]
-    runs.rows += counter.rows[bench.warmup:len(seconds)]
+    runs.seconds += seconds[bench.warmup :]
+    runs.kept += counter.kept[bench.warmup : len(seconds)]
+    runs.rows += counter.rows[bench.warmup : len(seconds)]
     runs.losses.append([e["loss"] for e in trainer.state.log_history if "loss" in e])
     runs.peaks_mb += [peak] if peak is not None else []
     report = getattr(trainer, "turbo_report", None)
@@ -174,11 +207,15 @@ def run_segment(peer: str, bench: Seq2SeqBench, model, dataset, collator, runs: 
 def summarize(bench: Seq2SeqBench, runs: dict[str, PeerRuns], padding_share: float) -> dict:
     rows = {}
     for name, peer in runs.items():
-        row = {"median_step_s": statistics.median(peer.seconds),
-               "label_tokens_per_s": statistics.median(k / s for k, s in zip(peer.kept, peer.seconds)),
-               "examples_per_s": statistics.median(r / s for r, s in zip(peer.rows, peer.seconds)),
-               "first_step_s": peer.first_step_s, "peak_memory_mb": max(peer.peaks_mb, default=None),
-               "passes": peer.passes, "backend_report": peer.backend_report}
+        row = {
+            "median_step_s": statistics.median(peer.seconds),
+            "label_tokens_per_s": statistics.median(k / s for k, s in zip(peer.kept, peer.seconds)),
+            "examples_per_s": statistics.median(r / s for r, s in zip(peer.rows, peer.seconds)),
+            "first_step_s": peer.first_step_s,
+            "peak_memory_mb": max(peer.peaks_mb, default=None),
+            "passes": peer.passes,
+            "backend_report": peer.backend_report,
+        }
         stock = runs.get("stock")
         if stock is not None:
             pairs = [(a, b) for mine, ref in zip(peer.losses, stock.losses) for a, b in zip(mine, ref)]
@@ -187,17 +224,20 @@ def summarize(bench: Seq2SeqBench, runs: dict[str, PeerRuns], padding_share: flo
     if "stock" in rows:
         for row in rows.values():
             row["ratio_to_stock"] = rows["stock"]["median_step_s"] / row["median_step_s"]
-    return {"bench": asdict(bench), "environment": environment(), "label_padding_share": padding_share,
-            "peers": rows}
+    return {"bench": asdict(bench), "environment": environment(), "label_padding_share": padding_share, "peers": rows}
 
 
 def markdown_rows(result: dict) -> str:
-    lines = ["| peer | step s (median) | x stock | label tokens/s | examples/s | first step s | peak MB | "
-             "max rel dloss |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| peer | step s (median) | x stock | label tokens/s | examples/s | first step s | peak MB | max rel dloss |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, r in result["peers"].items():
-        lines.append(f"| {name} | {r['median_step_s']:.3f} | {r.get('ratio_to_stock', float('nan')):.2f}x | "
-                     f"{r['label_tokens_per_s']:,.0f} | {r['examples_per_s']:.1f} | {r['first_step_s']:.2f} | "
-                     f"{r['peak_memory_mb'] or 0:,.0f} | {r.get('max_rel_loss_diff', float('nan')):.1e} |")
+        lines.append(
+            f"| {name} | {r['median_step_s']:.3f} | {r.get('ratio_to_stock', float('nan')):.2f}x | "
+            f"{r['label_tokens_per_s']:,.0f} | {r['examples_per_s']:.1f} | {r['first_step_s']:.2f} | "
+            f"{r['peak_memory_mb'] or 0:,.0f} | {r.get('max_rel_loss_diff', float('nan')):.1e} |"
+        )
     return "\n".join(lines)
 
 

@@ -40,11 +40,19 @@ def sft_model(workload):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     config = Qwen2Config(
-        vocab_size=workload.vocab_size, hidden_size=workload.hidden_size, num_hidden_layers=workload.num_layers,
-        num_attention_heads=workload.num_heads, num_key_value_heads=max(1, workload.num_heads // 2),
-        intermediate_size=4 * workload.hidden_size, max_position_embeddings=workload.seq_len,
-        tie_word_embeddings=not workload.untied, attention_dropout=workload.dropout_probability,
-        pad_token_id=1, bos_token_id=0, eos_token_id=2)
+        vocab_size=workload.vocab_size,
+        hidden_size=workload.hidden_size,
+        num_hidden_layers=workload.num_layers,
+        num_attention_heads=workload.num_heads,
+        num_key_value_heads=max(1, workload.num_heads // 2),
+        intermediate_size=4 * workload.hidden_size,
+        max_position_embeddings=workload.seq_len,
+        tie_word_embeddings=not workload.untied,
+        attention_dropout=workload.dropout_probability,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
     torch.manual_seed(workload.seed)
     model = Qwen2ForCausalLM(config)
     if not workload.lora:
@@ -52,8 +60,9 @@ def sft_model(workload):
     require("peft", "the sft workload's --lora")
     from peft import LoraConfig, get_peft_model
 
-    return get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS,
-                                            task_type="CAUSAL_LM"))
+    return get_peft_model(
+        model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    )
 
 
 def build_sft_trainer(peer: str, model, data: SftData, collator, common: dict):
@@ -65,14 +74,18 @@ def build_sft_trainer(peer: str, model, data: SftData, collator, common: dict):
 
     model = copy.deepcopy(model)
     if peer in ("stock", "turbo"):
-        trainer_class, args = (Trainer, TrainingArguments(**common)) if peer == "stock" else \
-            (TurboTrainer, TurboTrainingArguments(**common))
+        trainer_class, args = (
+            (Trainer, TrainingArguments(**common))
+            if peer == "stock"
+            else (TurboTrainer, TurboTrainingArguments(**common))
+        )
         return trainer_class(model=model, args=args, train_dataset=data.train, data_collator=collator)
     require("trl", f"the sft workload's '{peer}' peer")
     from trl import SFTConfig, SFTTrainer
 
-    config_class, trainer_class = (SFTConfig, SFTTrainer) if peer == "trl" else \
-        (turbo_arguments(SFTConfig), turbo(SFTTrainer))
+    config_class, trainer_class = (
+        (SFTConfig, SFTTrainer) if peer == "trl" else (turbo_arguments(SFTConfig), turbo(SFTTrainer))
+    )
     args = config_class(**common, completion_only_loss=True, gradient_checkpointing=False, max_length=None)
     trainer = trainer_class(model=model, args=args, train_dataset=data.trl_train, processing_class=data.tokenizer)
     collator.inner, trainer.data_collator = trainer.data_collator, collator

@@ -25,7 +25,7 @@ from turbotrain.passes.optimize import optimize
 def batches(workload: Workload, count: int) -> list[dict]:
     data = workload.data()
     rows = [data.train[i] for i in range(count * workload.batch_size)]
-    return [data.collator(rows[i:i + workload.batch_size]) for i in range(0, len(rows), workload.batch_size)]
+    return [data.collator(rows[i : i + workload.batch_size]) for i in range(0, len(rows), workload.batch_size)]
 
 
 def run(workload: Workload, stock: bool, steps: int, top: int) -> None:
@@ -52,8 +52,10 @@ def run(workload: Workload, stock: bool, steps: int, top: int) -> None:
             step(batch)
             seconds.append(time.perf_counter() - start)
     step_ms = statistics.median(seconds) * 1e3
-    print(f"median step {step_ms:.0f} ms (profiled, {steps} steps; {'stock' if stock else 'turbotrain passes'}, "
-          f"{'bf16 autocast' if workload.bf16 else 'fp32'}), threads {torch.get_num_threads()}")
+    print(
+        f"median step {step_ms:.0f} ms (profiled, {steps} steps; {'stock' if stock else 'turbotrain passes'}, "
+        f"{'bf16 autocast' if workload.bf16 else 'fp32'}), threads {torch.get_num_threads()}"
+    )
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:top]
     print("| op | self ms / step | share of step | calls / step |\n|---|---|---|---|")
     for event in events:

@@ -45,9 +45,17 @@ def tiny_unet(shape: UNetShape):
     down = ("CrossAttnDownBlock2D", *["DownBlock2D"] * (len(shape.channels) - 1))
     up = (*["UpBlock2D"] * (len(shape.channels) - 1), "CrossAttnUpBlock2D")
     return UNet2DConditionModel(
-        sample_size=shape.sample_size, in_channels=4, out_channels=4, layers_per_block=1,
-        block_out_channels=tuple(shape.channels), down_block_types=down, up_block_types=up,
-        cross_attention_dim=shape.cross_attention_dim, attention_head_dim=8, norm_num_groups=8)
+        sample_size=shape.sample_size,
+        in_channels=4,
+        out_channels=4,
+        layers_per_block=1,
+        block_out_channels=tuple(shape.channels),
+        down_block_types=down,
+        up_block_types=up,
+        cross_attention_dim=shape.cross_attention_dim,
+        attention_head_dim=8,
+        norm_num_groups=8,
+    )
 
 
 def diffusion_batch(shape: UNetShape, step: int) -> dict[str, torch.Tensor]:
@@ -60,8 +68,12 @@ def diffusion_batch(shape: UNetShape, step: int) -> dict[str, torch.Tensor]:
     timesteps = torch.randint(0, shape.train_timesteps, (shape.batch_size,), generator=generator)
     scheduler = DDPMScheduler(num_train_timesteps=shape.train_timesteps)
     text = torch.randn(shape.batch_size, shape.text_tokens, shape.cross_attention_dim, generator=generator)
-    return {"noisy": scheduler.add_noise(latents, noise, timesteps), "timesteps": timesteps, "text": text,
-            "noise": noise}
+    return {
+        "noisy": scheduler.add_noise(latents, noise, timesteps),
+        "timesteps": timesteps,
+        "text": text,
+        "noise": noise,
+    }
 
 
 def noise_prediction_loss(unet, batch: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -102,7 +114,7 @@ def train_segment(unet, backend: str, bench: UNetBench, runs: BackendRuns, memor
         losses.append(loss.item())
     if runs.first_step_s is None:
         runs.first_step_s = seconds[0]
-    runs.seconds += seconds[bench.warmup:]
+    runs.seconds += seconds[bench.warmup :]
     runs.losses.append(losses)
     peak = memory.peak_mb()
     runs.peaks_mb += [peak] if peak is not None else []
@@ -119,14 +131,22 @@ def run_unet_bench(bench: UNetBench, out_dir: str = "bench-unet") -> dict:
     eager = runs.get("eager")
     rows = {}
     for name, r in runs.items():
-        rows[name] = {"ms_per_step": 1000 * statistics.median(r.seconds), "first_step_s": r.first_step_s,
-                      "peak_memory_mb": max(r.peaks_mb, default=None), "backend_report": r.report}
+        rows[name] = {
+            "ms_per_step": 1000 * statistics.median(r.seconds),
+            "first_step_s": r.first_step_s,
+            "peak_memory_mb": max(r.peaks_mb, default=None),
+            "backend_report": r.report,
+        }
         if eager is not None:
             pairs = [(a, b) for mine, ref in zip(r.losses, eager.losses) for a, b in zip(mine, ref)]
             rows[name]["max_rel_loss_diff"] = max(abs(a - b) / abs(b) for a, b in pairs)
             rows[name]["ratio_to_eager"] = statistics.median(eager.seconds) / statistics.median(r.seconds)
-    result = {"bench": asdict(bench), "environment": environment(),
-              "parameters": sum(p.numel() for p in unet.parameters()), "backends": rows}
+    result = {
+        "bench": asdict(bench),
+        "environment": environment(),
+        "parameters": sum(p.numel() for p in unet.parameters()),
+        "backends": rows,
+    }
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     (Path(out_dir) / "unet.json").write_text(json.dumps(result, indent=2, default=str))
     print(json.dumps(result, indent=2, default=str))

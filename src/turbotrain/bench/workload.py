@@ -70,8 +70,10 @@ class Workload(ModelShape):
             return
         unknown = {p for p in self.peers if p.split(":", 1)[0] not in PEERS or p.startswith(("stock:", "compiled:"))}
         if unknown or not self.peers:
-            raise ValueError(f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)} "
-                             "(turbo:<backend> runs TurboTrainer on that backend)")
+            raise ValueError(
+                f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)} "
+                "(turbo:<backend> runs TurboTrainer on that backend)"
+            )
         if self.rounds < 1 or self.steps < 1 or self.warmup < 0:
             raise ValueError("rounds and steps must be >= 1, warmup >= 0")
 
@@ -120,9 +122,19 @@ class Workload(ModelShape):
     def gpt2_config(self) -> GPT2Config:
         """GPT-2 layout at this size: FFN 4 x hidden, learned positions for seq_len, tied head."""
         p = self.dropout_probability
-        return GPT2Config(vocab_size=self.vocab_size, n_embd=self.hidden_size, n_layer=self.num_layers,
-                          n_head=self.num_heads, n_positions=self.seq_len, resid_pdrop=p, embd_pdrop=p,
-                          attn_pdrop=p, bos_token_id=0, eos_token_id=2, pad_token_id=1)
+        return GPT2Config(
+            vocab_size=self.vocab_size,
+            n_embd=self.hidden_size,
+            n_layer=self.num_layers,
+            n_head=self.num_heads,
+            n_positions=self.seq_len,
+            resid_pdrop=p,
+            embd_pdrop=p,
+            attn_pdrop=p,
+            bos_token_id=0,
+            eos_token_id=2,
+            pad_token_id=1,
+        )
 
     def data(self) -> MaskedLMData:
         if self.task == "sft":

@@ -46,7 +46,7 @@ def _rows_of(path: Path) -> list[tuple[str, str]]:
         rest = "\n".join(lines[1:]).strip()
         if len(lines) < 2 or not rest:
             continue
-        prompt = f"def {node.name}({ast.unparse(node.args)}):\n    \"\"\"{lines[0].strip()}\n"
+        prompt = f'def {node.name}({ast.unparse(node.args)}):\n    """{lines[0].strip()}\n'
         rows.append((prompt, rest))
     return rows
 
@@ -64,7 +64,9 @@ def function_rows(max_rows: int | None = None) -> list[tuple[str, str]]:
     """(prompt, completion) pairs, in file and line order; the first `max_rows` of them.
 
     Parsing the whole standard library takes ~15 s on 2 cores, so the result is cached per interpreter."""
-    cached = cache_dir() / f"stdlib-functions-{digest(sys.version, sysconfig.get_paths()['stdlib'], str(max_rows))}.json"
+    cached = (
+        cache_dir() / f"stdlib-functions-{digest(sys.version, sysconfig.get_paths()['stdlib'], str(max_rows))}.json"
+    )
     if cached.exists():
         return [tuple(row) for row in json.loads(cached.read_text(encoding="utf-8"))]
     rows = _parse_rows(max_rows)
@@ -89,9 +91,11 @@ class CompletionCollator:
 
     def __call__(self, features):
         longest = max(len(f["input_ids"]) for f in features)
-        batch = {"input_ids": torch.full((len(features), longest), self.pad_token_id, dtype=torch.long),
-                 "attention_mask": torch.zeros((len(features), longest), dtype=torch.long),
-                 "labels": torch.full((len(features), longest), IGNORE_INDEX, dtype=torch.long)}
+        batch = {
+            "input_ids": torch.full((len(features), longest), self.pad_token_id, dtype=torch.long),
+            "attention_mask": torch.zeros((len(features), longest), dtype=torch.long),
+            "labels": torch.full((len(features), longest), IGNORE_INDEX, dtype=torch.long),
+        }
         for i, f in enumerate(features):
             n = len(f["input_ids"])
             batch["input_ids"][i, :n] = torch.tensor(f["input_ids"])
@@ -115,5 +119,10 @@ def build_sft_data(tokenizer: PreTrainedTokenizerBase, max_len: int, max_rows: i
     pick = lambda column: [column[i] for i in order]  # noqa: E731 - same shuffle for both forms
     train = Dataset.from_dict({"input_ids": pick(ids), "labels": pick(labels)})
     trl_train = Dataset.from_dict({"input_ids": pick(ids), "completion_mask": pick(masks)})
-    return SftData(train=train, trl_train=trl_train, collator=CompletionCollator(tokenizer.pad_token_id),
-                   num_tokens=sum(len(i) for i in ids), tokenizer=tokenizer)
+    return SftData(
+        train=train,
+        trl_train=trl_train,
+        collator=CompletionCollator(tokenizer.pad_token_id),
+        num_tokens=sum(len(i) for i in ids),
+        tokenizer=tokenizer,
+    )

@@ -115,8 +115,9 @@ def text_files_corpus(paths: list[str | Path]) -> Corpus:
             raise CorpusError(f"cannot read {path} as UTF-8 text: {error}") from None
         found = split_paragraphs(text)
         if not found:
-            raise CorpusError(f"{path} holds no usable text (empty, or no paragraph of {MIN_PARAGRAPH_CHARS}+ "
-                              "characters of prose)")
+            raise CorpusError(
+                f"{path} holds no usable text (empty, or no paragraph of {MIN_PARAGRAPH_CHARS}+ characters of prose)"
+            )
         paragraphs.extend(found)
     return Corpus(name="files:" + ",".join(Path(p).name for p in paths), paragraphs=paragraphs)
 

@@ -27,16 +27,24 @@ class MaskedLMData:
 def token_blocks(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_len: int) -> list[list[int]]:
     encodings = tokenizer.backend_tokenizer.encode_batch(corpus.paragraphs)
     stream = [token for encoding in encodings for token in encoding.ids]
-    return [stream[i:i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
+    return [stream[i : i + seq_len] for i in range(0, len(stream) - seq_len + 1, seq_len)]
 
 
-def build_mlm_data(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_len: int = 128,
-                   eval_fraction: float = 0.02, mlm_probability: float = 0.15, seed: int = 0) -> MaskedLMData:
+def build_mlm_data(
+    corpus: Corpus,
+    tokenizer: PreTrainedTokenizerBase,
+    seq_len: int = 128,
+    eval_fraction: float = 0.02,
+    mlm_probability: float = 0.15,
+    seed: int = 0,
+) -> MaskedLMData:
     """Blocks of `seq_len` tokens, a held-out share for evaluation, and the masking collator."""
     blocks = token_blocks(corpus, tokenizer, seq_len)
     if len(blocks) < 2:
-        raise CorpusError(f"the corpus '{corpus.name}' gives {len(blocks)} block(s) of {seq_len} tokens; "
-                          "give more text or a shorter --seq-len")
+        raise CorpusError(
+            f"the corpus '{corpus.name}' gives {len(blocks)} block(s) of {seq_len} tokens; "
+            "give more text or a shorter --seq-len"
+        )
     dataset = Dataset.from_dict({"input_ids": blocks}).shuffle(seed=seed)
     num_eval = max(1, int(len(blocks) * eval_fraction)) if eval_fraction > 0 else 0
     train = dataset.select(range(num_eval, len(blocks)))

@@ -49,8 +49,12 @@ def speak(text: str, words_per_minute: int = 175) -> np.ndarray:
         raise SpeechUnavailable(f"speech needs the {ESPEAK} program: {INSTALL}")
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "speech.wav"
-        subprocess.run([ESPEAK, "-w", str(path), "-s", str(words_per_minute), "--stdin"], input=text.encode(),
-                       capture_output=True, check=True)
+        subprocess.run(
+            [ESPEAK, "-w", str(path), "-s", str(words_per_minute), "--stdin"],
+            input=text.encode(),
+            capture_output=True,
+            check=True,
+        )
         with wave.open(str(path)) as wav:
             rate, width, channels = wav.getframerate(), wav.getsampwidth(), wav.getnchannels()
             frames = wav.readframes(wav.getnframes())
@@ -69,8 +73,9 @@ def resample(samples: np.ndarray, rate: int, target: int) -> np.ndarray:
     return np.interp(positions, np.arange(samples.size), samples).astype(np.float32)
 
 
-def corpus_sentences(paragraphs: list[str], count: int, min_words: int = 4, max_words: int = 12,
-                     seed: int = 0) -> list[str]:
+def corpus_sentences(
+    paragraphs: list[str], count: int, min_words: int = 4, max_words: int = 12, seed: int = 0
+) -> list[str]:
     """`count` distinct sentences of `min_words`..`max_words` plain-ASCII words, in a seeded random order."""
     found, seen = [], set()
     for paragraph in paragraphs:

@@ -27,8 +27,10 @@ BatchRebalanceSampler = getattr(trainer_pt_utils, "BatchRebalanceSampler", objec
 def require_support() -> None:
     """Raise a clear error where Trainer cannot take a per-rank batch sampler (Transformers < 5.17)."""
     if BatchRebalanceSampler is object:
-        raise ValueError(f"max_tokens_per_batch needs transformers>={MINIMUM_TRANSFORMERS} (its "
-                         "BatchRebalanceSampler); upgrade transformers or leave max_tokens_per_batch unset")
+        raise ValueError(
+            f"max_tokens_per_batch needs transformers>={MINIMUM_TRANSFORMERS} (its "
+            "BatchRebalanceSampler); upgrade transformers or leave max_tokens_per_batch unset"
+        )
 
 
 def example_lengths(dataset, key: str = "input_ids") -> list[int]:
@@ -56,8 +58,15 @@ def plan_batches(order: list[int], lengths: list[int], max_tokens: int) -> list[
 
 
 class TokenBudgetBatchSampler(BatchRebalanceSampler):
-    def __init__(self, lengths: list[int], max_tokens: int, seed: int = 0, shuffle: bool = True,
-                 rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        lengths: list[int],
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         require_support()
         if max_tokens < 1:
             raise ValueError(f"max_tokens_per_batch must be positive, got {max_tokens}")
@@ -77,7 +86,7 @@ class TokenBudgetBatchSampler(BatchRebalanceSampler):
             order = list(range(len(self.lengths)))
         batches = plan_batches(order, self.lengths, self.max_tokens)
         usable = len(batches) - len(batches) % self.world_size if len(batches) >= self.world_size else 0
-        return batches[self.rank:usable:self.world_size]
+        return batches[self.rank : usable : self.world_size]
 
     def __iter__(self):
         return iter(self._epoch_batches())

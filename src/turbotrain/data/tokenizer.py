@@ -37,8 +37,9 @@ def _wrap(backend) -> PreTrainedTokenizerFast:
 
 def _train(corpus: Corpus, vocab_size: int) -> ByteLevelBPETokenizer:
     backend = ByteLevelBPETokenizer()
-    backend.train_from_iterator(corpus.paragraphs, vocab_size=vocab_size, min_frequency=2,
-                                special_tokens=SPECIAL_TOKENS, show_progress=False)
+    backend.train_from_iterator(
+        corpus.paragraphs, vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIAL_TOKENS, show_progress=False
+    )
     backend.add_special_tokens([AddedToken("<mask>", lstrip=True, rstrip=False, special=True)])
     backend.post_processor = RobertaProcessing(("</s>", 2), ("<s>", 0))
     return backend

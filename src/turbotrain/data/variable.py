@@ -31,14 +31,18 @@ def length_histogram(lengths: list[int]) -> dict[str, int]:
             low = edge + 1
         else:
             counts[f">{HISTOGRAM_EDGES[-1]}"] += 1
-    order = ["<=8"] + [f"{a + 1}-{b}" for a, b in zip(HISTOGRAM_EDGES, HISTOGRAM_EDGES[1:])] + [f">{HISTOGRAM_EDGES[-1]}"]
+    order = (
+        ["<=8"] + [f"{a + 1}-{b}" for a, b in zip(HISTOGRAM_EDGES, HISTOGRAM_EDGES[1:])] + [f">{HISTOGRAM_EDGES[-1]}"]
+    )
     return {key: counts[key] for key in order if counts[key]}
 
 
-def build_variable_length_data(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_len: int, task: str,
-                               seed: int = 0) -> MaskedLMData:
-    encodings = tokenizer(corpus.paragraphs, truncation=True, max_length=max_len, return_attention_mask=False,
-                          return_token_type_ids=False)
+def build_variable_length_data(
+    corpus: Corpus, tokenizer: PreTrainedTokenizerBase, max_len: int, task: str, seed: int = 0
+) -> MaskedLMData:
+    encodings = tokenizer(
+        corpus.paragraphs, truncation=True, max_length=max_len, return_attention_mask=False, return_token_type_ids=False
+    )
     columns = {"input_ids": encodings["input_ids"]}
     if task == "cls":
         columns["labels"] = [int("return" in p.lower()) for p in corpus.paragraphs]

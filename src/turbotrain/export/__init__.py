@@ -6,5 +6,13 @@ from turbotrain.export.onnx_graph import ExportError
 from turbotrain.export.training import TrainingArtifacts, export_training_artifacts
 from turbotrain.export.verify import Verification, VerificationError
 
-__all__ = ["DeployExport", "ExportError", "TrainingArtifacts", "Verification", "VerificationError", "export_onnx",
-           "export_training_artifacts", "load_trained_model"]
+__all__ = [
+    "DeployExport",
+    "ExportError",
+    "TrainingArtifacts",
+    "Verification",
+    "VerificationError",
+    "export_onnx",
+    "export_training_artifacts",
+    "load_trained_model",
+]

@@ -24,10 +24,10 @@ class AdamWStep(torch.nn.Module):
 
     def forward(self, learning_rate, step, *state):
         n = len(self.names)
-        params, grads, exp_avgs, exp_avg_sqs = (state[i * n:(i + 1) * n] for i in range(4))
+        params, grads, exp_avgs, exp_avg_sqs = (state[i * n : (i + 1) * n] for i in range(4))
         beta1, beta2 = self.spec.betas
-        bias_correction1 = 1 - beta1 ** step
-        bias_correction2_sqrt = torch.sqrt(1 - beta2 ** step)
+        bias_correction1 = 1 - beta1**step
+        bias_correction2_sqrt = torch.sqrt(1 - beta2**step)
         step_size = learning_rate / bias_correction1
         new_params, new_avgs, new_sqs = [], [], []
         for name, param, grad, exp_avg, exp_avg_sq in zip(self.names, params, grads, exp_avgs, exp_avg_sqs):
@@ -43,8 +43,17 @@ class AdamWStep(torch.nn.Module):
 
 def optimizer_io_names(names: list[str]) -> tuple[list[str], list[str]]:
     """Input and output names of the optimizer graph."""
-    inputs = ["learning_rate", "step", *names, *(GRAD_PREFIX + n for n in names),
-              *(f"exp_avg.{n}" for n in names), *(f"exp_avg_sq.{n}" for n in names)]
-    outputs = [*(f"new.{n}" for n in names), *(f"new_exp_avg.{n}" for n in names),
-               *(f"new_exp_avg_sq.{n}" for n in names)]
+    inputs = [
+        "learning_rate",
+        "step",
+        *names,
+        *(GRAD_PREFIX + n for n in names),
+        *(f"exp_avg.{n}" for n in names),
+        *(f"exp_avg_sq.{n}" for n in names),
+    ]
+    outputs = [
+        *(f"new.{n}" for n in names),
+        *(f"new_exp_avg.{n}" for n in names),
+        *(f"new_exp_avg_sq.{n}" for n in names),
+    ]
     return inputs, outputs

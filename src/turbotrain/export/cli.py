@@ -20,17 +20,30 @@ def print_export(console: Console, result: DeployExport) -> None:
         console.print(f"  {Path(path).name:<22} {size:8.1f} MB  {check}")
 
 
-def run_export(model_dir: str, out_dir: str, optimize: bool = False, quantize: tuple[str, ...] = (),
-               verify: bool = True, tolerance: float | None = None, console: Console | None = None) -> int:
+def run_export(
+    model_dir: str,
+    out_dir: str,
+    optimize: bool = False,
+    quantize: tuple[str, ...] = (),
+    verify: bool = True,
+    tolerance: float | None = None,
+    console: Console | None = None,
+) -> int:
     console = console or Console()
     check_target(out_dir)  # refuse a folder the export may not replace before loading anything
     with console.status(f"Loading {model_dir}..."):
         model = load_trained_model(model_dir)
     try:
         with console.status("Exporting to ONNX and checking against torch..."):
-            result = export_onnx(model, out_dir, optimize=optimize, quantize=quantize, verify=verify,
-                                 tolerances={"fp32": tolerance} if tolerance is not None else None,
-                                 tokenizer_from=model_dir)
+            result = export_onnx(
+                model,
+                out_dir,
+                optimize=optimize,
+                quantize=quantize,
+                verify=verify,
+                tolerances={"fp32": tolerance} if tolerance is not None else None,
+                tokenizer_from=model_dir,
+            )
     except VerificationError as error:
         console.print(f"[red]turbotrain export: {error}[/]")
         console.print(f"nothing was written to {out_dir}")

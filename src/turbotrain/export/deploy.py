@@ -65,9 +65,15 @@ def _quantize_int8(source: Path, target: Path) -> None:
     quantize_dynamic(str(source), str(target), weight_type=QuantType.QInt8)
 
 
-def export_onnx(model: torch.nn.Module, out_dir: str | Path, optimize: bool = False,
-                quantize: tuple[str, ...] = (), verify: bool = True,
-                tolerances: dict[str, float] | None = None, tokenizer_from: str | Path | None = None) -> DeployExport:
+def export_onnx(
+    model: torch.nn.Module,
+    out_dir: str | Path,
+    optimize: bool = False,
+    quantize: tuple[str, ...] = (),
+    verify: bool = True,
+    tolerances: dict[str, float] | None = None,
+    tokenizer_from: str | Path | None = None,
+) -> DeployExport:
     """Export `model` for deployment into `out_dir`; see the module docstring for the files and checks.
 
     Everything is written into a temporary folder beside `out_dir`, which replaces `out_dir` only once
@@ -84,14 +90,26 @@ def export_onnx(model: torch.nn.Module, out_dir: str | Path, optimize: bool = Fa
     return result.moved_to(check_target(out_dir))
 
 
-def _export_into(model: torch.nn.Module, out_dir: Path, optimize: bool, quantize: tuple[str, ...], verify: bool,
-                 tolerances: dict[str, float] | None) -> DeployExport:
+def _export_into(
+    model: torch.nn.Module,
+    out_dir: Path,
+    optimize: bool,
+    quantize: tuple[str, ...],
+    verify: bool,
+    tolerances: dict[str, float] | None,
+) -> DeployExport:
     model = model.eval().float()
     task = task_of(model)
     result = DeployExport(out_dir, task.name)
     inputs = sample_inputs(model, batch=2, length=16)
-    proto = export_module(LogitsModule(model), inputs, INPUT_NAMES, ["logits"],
-                          {**DYNAMIC_AXES}, max_sizes={"sequence": max_positions(model)})
+    proto = export_module(
+        LogitsModule(model),
+        inputs,
+        INPUT_NAMES,
+        ["logits"],
+        {**DYNAMIC_AXES},
+        max_sizes={"sequence": max_positions(model)},
+    )
     result.files["fp32"] = save_onnx(proto, out_dir / "model.onnx")
     if optimize or "fp16" in quantize:
         result.files["optimized"] = out_dir / "model.optimized.onnx"
@@ -129,9 +147,11 @@ def load_trained_model(model_dir: str | Path) -> torch.nn.Module:
         return getattr(transformers, architectures[0]).from_pretrained(str(folder), local_files_only=True)
     except Exception as error:  # safetensors and torch raise their own types for cut-off or damaged weights
         weights = sorted(p.name for p in folder.glob("*.safetensors")) or sorted(p.name for p in folder.glob("*.bin"))
-        raise ValueError(f"the weights in {model_dir} ({', '.join(weights) or 'none found'}) cannot be read: "
-                         f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
-                         "save the model again (save_pretrained)") from None
+        raise ValueError(
+            f"the weights in {model_dir} ({', '.join(weights) or 'none found'}) cannot be read: "
+            f"{str(error).splitlines()[0] if str(error) else type(error).__name__}; "
+            "save the model again (save_pretrained)"
+        ) from None
 
 
 def copy_tokenizer(model_dir: str | Path, out_dir: str | Path) -> bool:

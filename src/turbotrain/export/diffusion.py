@@ -49,15 +49,17 @@ def unet_inputs(unet: torch.nn.Module, batch: int, text_tokens: int, seed: int) 
     return sample, timestep, text
 
 
-def export_unet_onnx(unet: torch.nn.Module, path: str | Path, text_tokens: int = 8,
-                     tolerance: float = 1e-4) -> UNetExport:
+def export_unet_onnx(
+    unet: torch.nn.Module, path: str | Path, text_tokens: int = 8, tolerance: float = 1e-4
+) -> UNetExport:
     require("onnxruntime", "ONNX export")
     import onnxruntime as ort
 
     module = _UNetPrediction(unet).eval()
     with torch.no_grad():
-        proto = export_module(module, unet_inputs(unet, 2, text_tokens, seed=0), INPUTS, ("noise_pred",),
-                              dynamic_axes=DYNAMIC)
+        proto = export_module(
+            module, unet_inputs(unet, 2, text_tokens, seed=0), INPUTS, ("noise_pred",), dynamic_axes=DYNAMIC
+        )
     path = save_onnx(proto, path)
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     worst = 0.0
@@ -68,6 +70,7 @@ def export_unet_onnx(unet: torch.nn.Module, path: str | Path, text_tokens: int =
         got = session.run(None, {n: t.numpy() for n, t in zip(INPUTS, inputs)})[0]
         worst = max(worst, float(np.abs(got - expected).max() / max(np.abs(expected).max(), 1e-12)))
     if worst > tolerance:
-        raise VerificationError(f"{path}: ONNX Runtime differs from torch by {worst:.3g} of the prediction's "
-                                f"scale (tolerance {tolerance})")
+        raise VerificationError(
+            f"{path}: ONNX Runtime differs from torch by {worst:.3g} of the prediction's scale (tolerance {tolerance})"
+        )
     return UNetExport(path, worst)

@@ -23,12 +23,16 @@ def scatter_add_for_index_put(graph: GraphModule) -> list[str]:
         x, indices, values = node.args[:3]
         shapes = [getattr(a, "meta", {}).get("val") for a in (x, values)]
         if len(indices) != 1 or indices[0] is None or any(v is None for v in shapes):
-            refused.append(f"index_put(accumulate=True) with {len(indices)} index tensors (ONNX Runtime's ScatterND "
-                           "loses repeated updates)")
+            refused.append(
+                f"index_put(accumulate=True) with {len(indices)} index tensors (ONNX Runtime's ScatterND "
+                "loses repeated updates)"
+            )
             continue
         with graph.graph.inserting_before(node):
-            rest = [d if isinstance(d, int) else graph.graph.call_function(aten.sym_size.int, (x, i + 1))
-                    for i, d in enumerate(shapes[0].shape[1:])]
+            rest = [
+                d if isinstance(d, int) else graph.graph.call_function(aten.sym_size.int, (x, i + 1))
+                for i, d in enumerate(shapes[0].shape[1:])
+            ]
             flat_index = graph.graph.call_function(aten.reshape.default, (indices[0], [-1]))
             flat_values = graph.graph.call_function(aten.reshape.default, (values, [-1, *rest]))
             spread = flat_index

@@ -64,8 +64,7 @@ def _dynamic_shapes(input_names: Sequence[str], dynamic_axes: dict[str, dict[int
     if not dynamic_axes:
         return None
     dims = _dimensions(dynamic_axes, max_sizes)
-    per_input = tuple({axis: dims[name] for axis, name in dynamic_axes.get(n, {}).items()} or None
-                      for n in input_names)
+    per_input = tuple({axis: dims[name] for axis, name in dynamic_axes.get(n, {}).items()} or None for n in input_names)
     return {"inputs": per_input}
 
 
@@ -85,9 +84,16 @@ def quiet_exporter():
             lg.setLevel(level)
 
 
-def export_module(module: torch.nn.Module, inputs: Sequence[torch.Tensor], input_names: Sequence[str],
-                  output_names: Sequence[str], dynamic_axes: dict[str, dict[int, str]] | None = None,
-                  max_sizes: dict[str, int] | None = None, optimize: bool = False, dynamic_shapes=None):
+def export_module(
+    module: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    input_names: Sequence[str],
+    output_names: Sequence[str],
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
+    max_sizes: dict[str, int] | None = None,
+    optimize: bool = False,
+    dynamic_shapes=None,
+):
     """Export `module(*inputs)` to an `onnx.ModelProto` (see the module docstring for the contract).
 
     `optimize` runs onnxscript's graph rewriter; off by default because its `x + 0 -> x` rule matches
@@ -101,9 +107,17 @@ def export_module(module: torch.nn.Module, inputs: Sequence[torch.Tensor], input
         dynamic_shapes = _dynamic_shapes(input_names, dynamic_axes or {}, max_sizes or {})
     try:
         with quiet_exporter():
-            program = torch.onnx.export(module, tuple(inputs), dynamo=True, dynamic_shapes=dynamic_shapes,
-                                        input_names=list(input_names), output_names=list(output_names),
-                                        optimize=optimize, verbose=False, report=False)
+            program = torch.onnx.export(
+                module,
+                tuple(inputs),
+                dynamo=True,
+                dynamic_shapes=dynamic_shapes,
+                input_names=list(input_names),
+                output_names=list(output_names),
+                optimize=optimize,
+                verbose=False,
+                report=False,
+            )
     except Exception as error:  # the exporter raises several private error types
         op = failed_op(error)
         summary = str(error).split("## Exception summary")[-1].strip().splitlines()
@@ -151,6 +165,11 @@ def save_onnx(model_proto, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     external = model_proto.ByteSize() > EXTERNAL_DATA_BYTES
-    onnx.save_model(model_proto, str(path), save_as_external_data=external, all_tensors_to_one_file=True,
-                    location=f"{path.name}.data" if external else None)
+    onnx.save_model(
+        model_proto,
+        str(path),
+        save_as_external_data=external,
+        all_tensors_to_one_file=True,
+        location=f"{path.name}.data" if external else None,
+    )
     return path

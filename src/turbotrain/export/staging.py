@@ -30,8 +30,10 @@ def check_target(out_dir: str | Path) -> Path:
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"{out_dir} is a file; give a folder to export into")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (out_dir / EXPORTED).is_file():
-        raise ValueError(f"{out_dir} holds files and is not an earlier export (no {EXPORTED}); an export replaces "
-                         "its folder whole, so give a new or empty folder")
+        raise ValueError(
+            f"{out_dir} holds files and is not an earlier export (no {EXPORTED}); an export replaces "
+            "its folder whole, so give a new or empty folder"
+        )
     parent = out_dir.parent
     if parent.exists() and not os.access(parent, os.W_OK | os.X_OK):
         raise ValueError(f"cannot write into {parent} (permission denied); choose another output folder")

@@ -45,11 +45,13 @@ def task_of(model: torch.nn.Module) -> Task:
             f"cannot export {type(model).__name__}: encoder-decoder models (seq2seq-lm: Whisper, T5, BART) are not "
             f"exported yet, for deployment or on-device training. Missing: graphs whose inputs are the encoder's "
             f"'{inputs}' plus 'decoder_input_ids' (the artifacts and manifest carry only input_ids and "
-            "attention_mask), and a decoder-only training graph with the encoder run once outside it")
+            "attention_mask), and a decoder-only training graph with the encoder run once outside it"
+        )
     if task not in TASKS:
         known = ", ".join(sorted(TASKS))
-        raise ValueError(f"cannot export {type(model).__name__} (task {task or 'unknown'}): turbotrain exports these "
-                         f"tasks: {known}")
+        raise ValueError(
+            f"cannot export {type(model).__name__} (task {task or 'unknown'}): turbotrain exports these tasks: {known}"
+        )
     return TASKS[task]
 
 

@@ -60,8 +60,10 @@ def select_trainable(model: torch.nn.Module, trainable: Trainable) -> list[str]:
     else:
         chosen = [n for n in names if any(n.startswith(prefix) for prefix in trainable)]
     if not chosen:
-        raise ValueError(f"no parameter of {type(model).__name__} matches trainable={trainable!r}; "
-                         f"parameter names start like: {sorted({n.split('.')[0] for n in names})}")
+        raise ValueError(
+            f"no parameter of {type(model).__name__} matches trainable={trainable!r}; "
+            f"parameter names start like: {sorted({n.split('.')[0] for n in names})}"
+        )
     return chosen
 
 
@@ -75,8 +77,13 @@ def _label_spec(model: torch.nn.Module) -> tuple[dict[int, str], torch.dtype]:
 def _sample_batch(model: torch.nn.Module) -> tuple[torch.Tensor, ...]:
     input_ids, attention_mask = sample_inputs(model, batch=2, length=16)
     axes, dtype = _label_spec(model)
-    labels = torch.randint(0, num_classes(model), tuple(input_ids.shape[: len(axes)]), dtype=dtype,
-                           generator=torch.Generator().manual_seed(1))
+    labels = torch.randint(
+        0,
+        num_classes(model),
+        tuple(input_ids.shape[: len(axes)]),
+        dtype=dtype,
+        generator=torch.Generator().manual_seed(1),
+    )
     return input_ids, attention_mask, labels
 
 
@@ -101,7 +108,7 @@ class _StepFunctions:
 
     def split(self, inputs):
         n = len(self.trainable)
-        return list(inputs[:n]), inputs[n:n + 3], inputs[n + 3:]
+        return list(inputs[:n]), inputs[n : n + 3], inputs[n + 3 :]
 
     def training(self, *inputs):
         params, batch, frozen = self.split(inputs)
@@ -120,8 +127,14 @@ def _export_graph(fn, steps: _StepFunctions, params, batch, output_names, path: 
     if refused:
         raise ExportError(f"cannot export a training graph that ONNX Runtime computes correctly: {refused[0]}")
     input_names = [*steps.trainable, *INPUT_NAMES, "labels"]
-    proto = export_module(GraphModule(graph, steps.frozen), (*params, *batch), input_names, output_names,
-                          {**DYNAMIC_AXES, "labels": label_axes}, max_sizes={"sequence": max_positions(steps.model)})
+    proto = export_module(
+        GraphModule(graph, steps.frozen),
+        (*params, *batch),
+        input_names,
+        output_names,
+        {**DYNAMIC_AXES, "labels": label_axes},
+        max_sizes={"sequence": max_positions(steps.model)},
+    )
     save_onnx(proto, path)
 
 
@@ -138,14 +151,25 @@ def _versions() -> dict[str, str]:
     import onnxruntime
     import transformers
 
-    return {"torch": torch.__version__, "transformers": transformers.__version__, "onnx": onnx.__version__,
-            "onnxruntime": onnxruntime.__version__}
+    return {
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "onnx": onnx.__version__,
+        "onnxruntime": onnxruntime.__version__,
+    }
 
 
-def export_training_artifacts(model: torch.nn.Module, out_dir: str | Path, trainable: Trainable = None,
-                              loss: str | LossFn = "model", optimizer: str = "adamw", learning_rate: float = 5e-5,
-                              betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                              weight_decay: float = 0.0) -> TrainingArtifacts:
+def export_training_artifacts(
+    model: torch.nn.Module,
+    out_dir: str | Path,
+    trainable: Trainable = None,
+    loss: str | LossFn = "model",
+    optimizer: str = "adamw",
+    learning_rate: float = 5e-5,
+    betas: tuple[float, float] = (0.9, 0.999),
+    eps: float = 1e-8,
+    weight_decay: float = 0.0,
+) -> TrainingArtifacts:
     """Write training, eval and AdamW graphs, a checkpoint and a manifest for on-device fine-tuning.
 
     `trainable`: None (every parameter), parameter-name prefixes (e.g. ["classifier."]) or a predicate.
@@ -167,8 +191,15 @@ def export_training_artifacts(model: torch.nn.Module, out_dir: str | Path, train
 
     was_training = model.training
     model.train()
-    _export_graph(steps.training, steps, params, batch, ["loss", *(layout.GRAD_PREFIX + n for n in names)],
-                  out / layout.TRAINING_GRAPH, label_axes)
+    _export_graph(
+        steps.training,
+        steps,
+        params,
+        batch,
+        ["loss", *(layout.GRAD_PREFIX + n for n in names)],
+        out / layout.TRAINING_GRAPH,
+        label_axes,
+    )
     model.eval()
     _export_graph(steps.evaluation, steps, params, batch, ["loss", "logits"], out / layout.EVAL_GRAPH, label_axes)
     model.train(was_training)
@@ -177,22 +208,43 @@ def export_training_artifacts(model: torch.nn.Module, out_dir: str | Path, train
     opt_inputs, opt_outputs = optimizer_io_names(names)
     # Distinct example tensors: torch.export merges inputs that are the same tensor object.
     state = [torch.zeros_like(p) for _ in range(3) for p in params]
-    proto = export_module(AdamWStep(names, spec), (torch.tensor(learning_rate), torch.tensor(1.0), *params, *state),
-                          opt_inputs, opt_outputs)
+    proto = export_module(
+        AdamWStep(names, spec),
+        (torch.tensor(learning_rate), torch.tensor(1.0), *params, *state),
+        opt_inputs,
+        opt_outputs,
+    )
     save_onnx(proto, out / layout.OPTIMIZER_GRAPH)
 
     state = {n: p.numpy() for n, p in zip(names, params)}
-    Checkpoint(state, {n: np.zeros_like(v) for n, v in state.items()},
-               {n: np.zeros_like(v) for n, v in state.items()}, step=0, learning_rate=learning_rate
-               ).save(out / layout.CHECKPOINT)
-    batch_inputs = {n: {"dtype": "int64", "axes": [DYNAMIC_AXES[n][i] for i in sorted(DYNAMIC_AXES[n])]}
-                    for n in INPUT_NAMES}
-    batch_inputs["labels"] = {"dtype": str(label_dtype).removeprefix("torch."),
-                              "axes": [label_axes[i] for i in sorted(label_axes)]}
-    manifest = layout.Manifest(task_of(model).name, type(model).__name__, batch_inputs, names,
-                               {n: list(p.shape) for n, p in zip(names, params)}, spec,
-                               "model" if loss == "model" else getattr(loss, "__name__", "custom"), _versions(),
-                               limits={"vocab_size": vocab_size(model), "max_positions": max_positions(model),
-                                       "label_classes": num_classes(model)})
+    Checkpoint(
+        state,
+        {n: np.zeros_like(v) for n, v in state.items()},
+        {n: np.zeros_like(v) for n, v in state.items()},
+        step=0,
+        learning_rate=learning_rate,
+    ).save(out / layout.CHECKPOINT)
+    batch_inputs = {
+        n: {"dtype": "int64", "axes": [DYNAMIC_AXES[n][i] for i in sorted(DYNAMIC_AXES[n])]} for n in INPUT_NAMES
+    }
+    batch_inputs["labels"] = {
+        "dtype": str(label_dtype).removeprefix("torch."),
+        "axes": [label_axes[i] for i in sorted(label_axes)],
+    }
+    manifest = layout.Manifest(
+        task_of(model).name,
+        type(model).__name__,
+        batch_inputs,
+        names,
+        {n: list(p.shape) for n, p in zip(names, params)},
+        spec,
+        "model" if loss == "model" else getattr(loss, "__name__", "custom"),
+        _versions(),
+        limits={
+            "vocab_size": vocab_size(model),
+            "max_positions": max_positions(model),
+            "label_classes": num_classes(model),
+        },
+    )
     manifest.save(out)
     return TrainingArtifacts(out, manifest)

@@ -32,16 +32,23 @@ class Verification:
     def summary(self) -> str:
         shapes = ", ".join(f"{s}: {d:.2e}" for s, d in self.per_shape.items())
         verdict = "ok" if self.ok else "FAILED"
-        return f"{self.path}: max |onnxruntime - torch| = {self.max_abs_diff:.2e} (tolerance {self.tolerance:.0e}, " \
-               f"{verdict}; {shapes})"
+        return (
+            f"{self.path}: max |onnxruntime - torch| = {self.max_abs_diff:.2e} (tolerance {self.tolerance:.0e}, "
+            f"{verdict}; {shapes})"
+        )
 
 
 class VerificationError(RuntimeError):
     pass
 
 
-def verify_onnx(model: torch.nn.Module, path: str, tolerance: float, shapes=VERIFY_SHAPES,
-                providers: tuple[str, ...] = ("CPUExecutionProvider",)) -> Verification:
+def verify_onnx(
+    model: torch.nn.Module,
+    path: str,
+    tolerance: float,
+    shapes=VERIFY_SHAPES,
+    providers: tuple[str, ...] = ("CPUExecutionProvider",),
+) -> Verification:
     import onnxruntime as ort
 
     session = ort.InferenceSession(str(path), providers=list(providers))

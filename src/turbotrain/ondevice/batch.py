@@ -62,12 +62,16 @@ def _check_axes(manifest: Manifest, arrays: dict[str, np.ndarray]) -> None:
                 raise ValueError(f"{name} has shape {value.shape}: the batch is empty along {axis!r}")
             first = seen.setdefault(axis, (name, size))
             if first[1] != size:
-                raise ValueError(f"{name} has shape {value.shape} but {first[0]} has shape {arrays[first[0]].shape}: "
-                                 f"they disagree on {axis!r} ({size} vs {first[1]})")
+                raise ValueError(
+                    f"{name} has shape {value.shape} but {first[0]} has shape {arrays[first[0]].shape}: "
+                    f"they disagree on {axis!r} ({size} vs {first[1]})"
+                )
     positions = manifest.limits.get("max_positions")
     if positions is not None and SEQUENCE_AXIS in seen and seen[SEQUENCE_AXIS][1] > positions:
-        raise ValueError(f"a sequence of {seen[SEQUENCE_AXIS][1]} tokens is longer than the model's {positions} "
-                         f"positions; cut sequences to at most {positions} tokens")
+        raise ValueError(
+            f"a sequence of {seen[SEQUENCE_AXIS][1]} tokens is longer than the model's {positions} "
+            f"positions; cut sequences to at most {positions} tokens"
+        )
 
 
 def _check_range(name: str, value: np.ndarray, limit: int | None, what: str, allow_ignore: bool) -> None:

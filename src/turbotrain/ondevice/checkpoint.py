@@ -28,18 +28,22 @@ class Checkpoint:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        tensors = {f"{key}/{name}": np.ascontiguousarray(value)
-                   for key, table in (("param", self.params), ("exp_avg", self.exp_avg),
-                                      ("exp_avg_sq", self.exp_avg_sq))
-                   for name, value in table.items()}
+        tensors = {
+            f"{key}/{name}": np.ascontiguousarray(value)
+            for key, table in (("param", self.params), ("exp_avg", self.exp_avg), ("exp_avg_sq", self.exp_avg_sq))
+            for name, value in table.items()
+        }
         for key, value in tensors.items():
             if value.dtype.kind == "f" and not np.isfinite(value).all():
-                raise ValueError(f"refusing to save {path}: {key} holds NaN or inf values (a non-finite learning "
-                                 f"rate or loss?); the checkpoint already on disk is kept")
+                raise ValueError(
+                    f"refusing to save {path}: {key} holds NaN or inf values (a non-finite learning "
+                    f"rate or loss?); the checkpoint already on disk is kept"
+                )
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
         try:
-            save_file(tensors, str(partial), metadata={"step": str(self.step),
-                                                       "learning_rate": repr(self.learning_rate)})
+            save_file(
+                tensors, str(partial), metadata={"step": str(self.step), "learning_rate": repr(self.learning_rate)}
+            )
             _fsync(partial)
             os.replace(partial, path)
         finally:
@@ -56,8 +60,9 @@ class Checkpoint:
         try:
             stored = load_file(str(path))
         except Exception as error:  # safetensors raises its own error type for a cut-off or garbled file
-            raise ValueError(f"{path} is not a readable checkpoint ({error}); restore it from a copy or "
-                             "re-export the artifacts") from None
+            raise ValueError(
+                f"{path} is not a readable checkpoint ({error}); restore it from a copy or re-export the artifacts"
+            ) from None
         for key, value in stored.items():
             table, _, name = key.partition("/")
             if table not in tables:
@@ -65,8 +70,13 @@ class Checkpoint:
             tables[table][name] = value
         with safe_open(str(path), framework="numpy") as handle:
             metadata = handle.metadata() or {}
-        return cls(tables["param"], tables["exp_avg"], tables["exp_avg_sq"], int(metadata.get("step", 0)),
-                   float(metadata.get("learning_rate", 5e-5)))
+        return cls(
+            tables["param"],
+            tables["exp_avg"],
+            tables["exp_avg_sq"],
+            int(metadata.get("step", 0)),
+            float(metadata.get("learning_rate", 5e-5)),
+        )
 
 
 def _fsync(path: Path, directory: bool = False) -> None:

@@ -40,7 +40,7 @@ class OptimizerSpec:
 class Manifest:
     task: str
     model_class: str
-    batch_inputs: dict[str, dict]          # name -> {"dtype": ..., "axes": [...]}
+    batch_inputs: dict[str, dict]  # name -> {"dtype": ..., "axes": [...]}
     trainable: list[str]
     shapes: dict[str, list[int]]
     optimizer: OptimizerSpec

@@ -33,8 +33,13 @@ def _session(path: Path, providers, session_options=None):
 class Module:
     """The model being fine-tuned: trainable parameters live in `checkpoint.params` (numpy)."""
 
-    def __init__(self, artifacts_dir: str | Path, checkpoint: Checkpoint | None = None,
-                 providers=DEFAULT_PROVIDERS, session_options=None):
+    def __init__(
+        self,
+        artifacts_dir: str | Path,
+        checkpoint: Checkpoint | None = None,
+        providers=DEFAULT_PROVIDERS,
+        session_options=None,
+    ):
         self.directory = Path(artifacts_dir)
         self.manifest = layout.Manifest.load(self.directory)
         self.checkpoint = checkpoint or Checkpoint.load(self.directory / layout.CHECKPOINT)

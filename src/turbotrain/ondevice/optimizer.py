@@ -43,8 +43,10 @@ class AdamW:
         if not module.grads:
             raise RuntimeError("no gradients: call module.train_step(batch) before optimizer.step()")
         check_learning_rate(state.learning_rate)
-        feeds = {"learning_rate": np.array(state.learning_rate, np.float32),
-                 "step": np.array(state.step + 1, np.float32)}
+        feeds = {
+            "learning_rate": np.array(state.learning_rate, np.float32),
+            "step": np.array(state.step + 1, np.float32),
+        }
         for name in names:
             feeds[name] = state.params[name]
             feeds[layout.GRAD_PREFIX + name] = module.grads[name]
@@ -54,8 +56,10 @@ class AdamW:
         n = len(names)
         for name, value in zip(names, outputs[:n]):
             if not np.isfinite(value).all():
-                raise FloatingPointError(f"this step would make {name} NaN or inf (non-finite gradients or loss); "
-                                         "it was not applied: the weights and optimizer state are unchanged")
+                raise FloatingPointError(
+                    f"this step would make {name} NaN or inf (non-finite gradients or loss); "
+                    "it was not applied: the weights and optimizer state are unchanged"
+                )
         state.step += 1
         for i, name in enumerate(names):
             state.params[name] = outputs[i]

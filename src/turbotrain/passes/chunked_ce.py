@@ -151,7 +151,8 @@ def _shared_factor(grad_nll: torch.Tensor) -> torch.Tensor:
         raise RuntimeError(
             "turbotrain chunked cross-entropy: the per-token losses were weighted unequally (e.g. TRL's "
             "loss_type='dft'), which the head's pre-summed gradient cannot follow; set "
-            "chunked_cross_entropy='never' for this run.")
+            "chunked_cross_entropy='never' for this run."
+        )
     return factor
 
 
@@ -199,8 +200,9 @@ class ChunkedHead:
         """Strip the labels from the model call and hold the kept targets for the projection.
 
         `fused`: (rows, shifted targets) of a TRL `fused_lm_head` call, answered in TRL's form."""
-        self.call = Call(targets=targets, num_items=kwargs.get("num_items_in_batch"), want_stats=fused is not None,
-                         fused=fused)
+        self.call = Call(
+            targets=targets, num_items=kwargs.get("num_items_in_batch"), want_stats=fused is not None, fused=fused
+        )
         drop = ("labels", "shift_labels", "num_items_in_batch", fused_head_calls.FLAG)
         return {k: v for k, v in kwargs.items() if k not in drop}
 
@@ -228,8 +230,9 @@ class ChunkedHead:
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         call, linear = self.call, modeling.output_linear(self.projection)
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
-        result = linear_cross_entropy(flat, linear.weight, linear.bias, call.targets, softcap=self.softcap,
-                                      want_stats=call.want_stats)
+        result = linear_cross_entropy(
+            flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=call.want_stats
+        )
         call.nll, call.entropy, call.is_top1 = result if call.want_stats else (result, None, None)
         return hidden.new_empty(*hidden.shape[:-1], 0)  # [K, 0]: no logits
 
@@ -269,13 +272,18 @@ def apply_chunked_ce(model: nn.Module, label_sparsity, mode: str = "auto", check
     if mode == "never" or label_sparsity is None:
         return None
     if modeling.is_seq2seq_lm(model):  # not built for encoder-decoder calls yet: the dense head on kept rows stays
-        logger.info("turbotrain: chunked cross-entropy is not used for %s (encoder-decoder); label sparsity's "
-                    "head runs on the kept rows", type(model).__name__)
+        logger.info(
+            "turbotrain: chunked cross-entropy is not used for %s (encoder-decoder); label sparsity's "
+            "head runs on the kept rows",
+            type(model).__name__,
+        )
         return None
     projection = modeling.output_projection(model)
     if projection is None or modeling.output_linear(projection) is None:
-        warn_once(f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: its output "
-                  "head is not a plain linear layer (e.g. LoRA on lm_head).")
+        warn_once(
+            f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: its output "
+            "head is not a plain linear layer (e.g. LoRA on lm_head)."
+        )
         return None
     installed = ChunkedHead(model, projection, mode)
     label_sparsity.fused_loss = installed

@@ -52,8 +52,9 @@ class _BufferedEmbedding(torch.autograd.Function):
         if weight.grad is None and not installed.tied:
             weight.grad = installed.zeroed_buffer(weight)
         # ids were range-checked by F.embedding in forward, so the invariant check would only cost time
-        sparse = torch.sparse_coo_tensor(rows[None], values.to(weight.dtype), weight.shape, is_coalesced=False,
-                                         check_invariants=False)
+        sparse = torch.sparse_coo_tensor(
+            rows[None], values.to(weight.dtype), weight.shape, is_coalesced=False, check_invariants=False
+        )
         return None, sparse, None
 
 
@@ -69,8 +70,12 @@ class BufferedEmbeddingGrad:
 
     def zeroed_buffer(self, weight: torch.Tensor) -> torch.Tensor:
         buffer = self._buffer
-        if buffer is None or buffer.shape != weight.shape or buffer.dtype != weight.dtype or \
-                buffer.device != weight.device:
+        if (
+            buffer is None
+            or buffer.shape != weight.shape
+            or buffer.dtype != weight.dtype
+            or buffer.device != weight.device
+        ):
             buffer = self._buffer = torch.zeros_like(weight, memory_format=torch.contiguous_format)
         else:
             buffer.zero_()
@@ -95,8 +100,10 @@ def apply_embedding_grad(model: nn.Module) -> BufferedEmbeddingGrad | None:
     if type(embedding) is not nn.Embedding:
         return None  # nothing to speed up (no table, or a custom embedding module): silently stock
     if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
-        warn_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "
-                  "max_norm, scale_grad_by_freq or sparse gradients.")
+        warn_once(
+            f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "
+            "max_norm, scale_grad_by_freq or sparse gradients."
+        )
         return None
     projection = modeling.output_projection(model)
     output = modeling.output_linear(projection) or projection

@@ -55,8 +55,12 @@ def _same_function(original: nn.Module) -> bool:
 
 
 def _targets(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
-    return [(parent, name, child) for parent in model.modules() for name, child in parent.named_children()
-            if type(child) in TANH_GELUS]
+    return [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) in TANH_GELUS
+    ]
 
 
 def has_tanh_gelu(model: nn.Module) -> bool:

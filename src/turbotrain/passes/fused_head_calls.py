@@ -59,8 +59,10 @@ def can_compose(kwargs: dict, fused_loss) -> bool:
     elif kwargs.get("shift_labels") is not None:
         reason = "the labels come pre-shifted (context or sequence parallelism)"
     if reason is not None:
-        log_once(f"turbotrain: TRL's fused LM head runs as TRL wrote it ({reason}); label sparsity steps aside "
-                  "for these calls")
+        log_once(
+            f"turbotrain: TRL's fused LM head runs as TRL wrote it ({reason}); label sparsity steps aside "
+            "for these calls"
+        )
     return reason is None
 
 
@@ -81,8 +83,12 @@ def fused_output(call, loss: torch.Tensor):
 
     label_mask = targets != -100
     return _output_class()(
-        loss=loss, log_probs=spread(-call.nll), entropy=spread(call.entropy), is_top1=spread(call.is_top1),
-        label_mask=label_mask if pre_shifted else label_mask[:, :-1])
+        loss=loss,
+        log_probs=spread(-call.nll),
+        entropy=spread(call.entropy),
+        is_top1=spread(call.is_top1),
+        label_mask=label_mask if pre_shifted else label_mask[:, :-1],
+    )
 
 
 def _output_class():

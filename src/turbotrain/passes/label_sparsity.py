@@ -208,7 +208,8 @@ class LabelSparsity(HookedPass):
         # an eager-mode safety net; under torch.compile an int attribute would be guarded on and recompile
         # every step, and the install-time self-check has already validated the head
         if not torch.compiler.is_compiling() and (
-                hidden.dim() != 3 or hidden.shape[0] * hidden.shape[1] != self._expected_rows):
+            hidden.dim() != 3 or hidden.shape[0] * hidden.shape[1] != self._expected_rows
+        ):
             raise RuntimeError(
                 f"turbotrain label sparsity: the head '{self.head.name}' received hidden states of shape "
                 f"{tuple(hidden.shape)}, not [batch, seq, hidden] matching the labels; disable it with "

@@ -52,9 +52,16 @@ class OptimizeReport:
         return f"turbotrain passes on {self.model_name}: {applied}"
 
 
-def optimize(model: nn.Module, *, label_sparsity: bool = True, padding_free: bool = True,
-             embedding_grad: bool = True, chunked_cross_entropy: str = "auto", fused_activation: bool = True,
-             self_check: bool = True) -> OptimizeReport:
+def optimize(
+    model: nn.Module,
+    *,
+    label_sparsity: bool = True,
+    padding_free: bool = True,
+    embedding_grad: bool = True,
+    chunked_cross_entropy: str = "auto",
+    fused_activation: bool = True,
+    self_check: bool = True,
+) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
     Padding-free training also needs the batches packed: pass your collator through

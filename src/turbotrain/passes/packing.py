@@ -81,8 +81,10 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
     if tokens.all():
         return batch
     if (tokens[:, 1:] & ~tokens[:, :-1]).any():
-        warn_once("turbotrain: padding-free leaves left-padded batches padded (set the tokenizer's "
-                  "padding_side='right' to pack them).")
+        warn_once(
+            "turbotrain: padding-free leaves left-padded batches padded (set the tokenizer's "
+            "padding_side='right' to pack them)."
+        )
         return batch
     batch_size, _ = tokens.shape
     lengths = tokens.sum(1)
@@ -124,8 +126,9 @@ def _fill(key: str, spec: PackingSpec) -> int:
     return {"input_ids": spec.pad_token_id, "labels": IGNORE_INDEX}.get(key, 0)
 
 
-def _scatter(value: torch.Tensor, tokens: torch.Tensor, destination: torch.Tensor, rows: int, capacity: int,
-             fill: int) -> torch.Tensor:
+def _scatter(
+    value: torch.Tensor, tokens: torch.Tensor, destination: torch.Tensor, rows: int, capacity: int, fill: int
+) -> torch.Tensor:
     flat = value.new_full((rows * capacity, *value.shape[2:]), fill)
     flat[destination] = value[tokens]
     return flat.view(rows, capacity, *value.shape[2:])

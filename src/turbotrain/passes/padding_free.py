@@ -64,9 +64,13 @@ def _task(model: nn.Module) -> str | None:
 
 
 def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
-    return PackingSpec(causal=modeling.has_causal_attention(model), pad_token_id=modeling.pad_token_id(model),
-                       position_offset=modeling.position_offset(model), multiple_of=multiple_of,
-                       shifted_labels=modeling.is_causal_lm(model))  # a decoder's token classifier: no shift
+    return PackingSpec(
+        causal=modeling.has_causal_attention(model),
+        pad_token_id=modeling.pad_token_id(model),
+        position_offset=modeling.position_offset(model),
+        multiple_of=multiple_of,
+        shifted_labels=modeling.is_causal_lm(model),
+    )  # a decoder's token classifier: no shift
 
 
 class PaddingFree(HookedPass):
@@ -115,7 +119,8 @@ class PaddingFree(HookedPass):
         if mask is not None and mask.dim() == 4 and hf_boundary.attention_implementation(module.config) == "eager":
             dtype = next(module.parameters()).dtype
             kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
-                ~mask, torch.finfo(dtype).min)
+                ~mask, torch.finfo(dtype).min
+            )
         return args, kwargs
 
     def _clear(self, module, args, output):

@@ -55,9 +55,16 @@ def _positive(name: str, value, flag: str) -> None:
 
 def check_config(cfg: PretrainConfig) -> None:
     """Raise ValueError naming the flag and the fix for the first bad option."""
-    for name, flag in (("max_steps", "--steps"), ("num_heads", "--heads"), ("hidden_size", "--hidden-size"),
-                       ("num_layers", "--layers"), ("batch_size", "--batch-size"), ("logging_steps", "--logging-steps"),
-                       ("eval_steps", "--eval-steps"), ("save_steps", "--save-steps")):
+    for name, flag in (
+        ("max_steps", "--steps"),
+        ("num_heads", "--heads"),
+        ("hidden_size", "--hidden-size"),
+        ("num_layers", "--layers"),
+        ("batch_size", "--batch-size"),
+        ("logging_steps", "--logging-steps"),
+        ("eval_steps", "--eval-steps"),
+        ("save_steps", "--save-steps"),
+    ):
         _positive(name, getattr(cfg, name), flag)
     if cfg.seq_len < MIN_SEQ_LEN:
         raise ValueError(f"--seq-len must be at least {MIN_SEQ_LEN} tokens, got {cfg.seq_len}")

@@ -44,7 +44,7 @@ def fixed_eval_batches(ids: list[list[int]], collator, batch_size: int) -> list[
     """Padded, masked held-out batches drawn from a fixed seed (the training RNG is left untouched)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(EVAL_MASK_SEED)
-        return [collator([{"input_ids": x} for x in ids[i:i + batch_size]]) for i in range(0, len(ids), batch_size)]
+        return [collator([{"input_ids": x} for x in ids[i : i + batch_size]]) for i in range(0, len(ids), batch_size)]
 
 
 def unigram_accuracy(train_ids: list[list[int]], batches: list[dict], special_ids: set[int]) -> tuple[float, float]:
@@ -58,10 +58,17 @@ def unigram_accuracy(train_ids: list[list[int]], batches: list[dict], special_id
     return top1, top5
 
 
-def build_pretrain_data(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_len: int, batch_size: int,
-                        eval_fraction: float = 0.03, seed: int = 0) -> PretrainData:
-    encoded = tokenizer(corpus.paragraphs, truncation=True, max_length=seq_len, return_attention_mask=False,
-                        return_token_type_ids=False)["input_ids"]
+def build_pretrain_data(
+    corpus: Corpus,
+    tokenizer: PreTrainedTokenizerBase,
+    seq_len: int,
+    batch_size: int,
+    eval_fraction: float = 0.03,
+    seed: int = 0,
+) -> PretrainData:
+    encoded = tokenizer(
+        corpus.paragraphs, truncation=True, max_length=seq_len, return_attention_mask=False, return_token_type_ids=False
+    )["input_ids"]
     order = torch.randperm(len(encoded), generator=torch.Generator().manual_seed(seed)).tolist()
     num_eval = max(1, int(len(order) * eval_fraction))
     if len(order) - num_eval < 1:
@@ -71,6 +78,12 @@ def build_pretrain_data(corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_
     train_ids = [encoded[i] for i in train_idx]
     eval_batches = fixed_eval_batches([encoded[i] for i in held_out], collator, batch_size)
     top1, top5 = unigram_accuracy(train_ids, eval_batches, set(tokenizer.all_special_ids))
-    return PretrainData(train=Dataset.from_dict({"input_ids": train_ids}), eval_batches=eval_batches,
-                        held_out_paragraphs=[corpus.paragraphs[i] for i in held_out], collator=collator,
-                        train_tokens=sum(len(x) for x in train_ids), unigram_top1=top1, unigram_top5=top5)
+    return PretrainData(
+        train=Dataset.from_dict({"input_ids": train_ids}),
+        eval_batches=eval_batches,
+        held_out_paragraphs=[corpus.paragraphs[i] for i in held_out],
+        collator=collator,
+        train_tokens=sum(len(x) for x in train_ids),
+        unigram_top1=top1,
+        unigram_top5=top5,
+    )

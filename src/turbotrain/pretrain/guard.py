@@ -29,8 +29,10 @@ class OutputDirLock:
             self._handle.seek(0)
             holder = self._handle.read().strip() or "unknown"
             self._handle.close()
-            raise ValueError(f"another run (pid {holder}) is writing to {self.output_dir}; wait for it to finish "
-                             "or choose another --output-dir") from None
+            raise ValueError(
+                f"another run (pid {holder}) is writing to {self.output_dir}; wait for it to finish "
+                "or choose another --output-dir"
+            ) from None
         self._handle.seek(0)
         self._handle.truncate()
         self._handle.write(str(os.getpid()))
@@ -50,5 +52,7 @@ def check_writable(output_dir: Path) -> None:
         probe.write_bytes(b"")
         probe.unlink()
     except OSError as error:
-        raise ValueError(f"--output-dir {output_dir} is not writable ({error.strerror}); choose another "
-                         "directory or fix its permissions") from None
+        raise ValueError(
+            f"--output-dir {output_dir} is not writable ({error.strerror}); choose another "
+            "directory or fix its permissions"
+        ) from None

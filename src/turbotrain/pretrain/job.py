@@ -91,16 +91,33 @@ def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stoc
         seconds = time.perf_counter() - start - curve.paused_seconds
     output_dir = Path(cfg.output_dir)
     if finite.reason:
-        raise TrainingStopped(f"training stopped at step {finite.step}: {finite.reason} (learning rate too high?); "
-                              f"nothing was saved after step {finite.step}; last good checkpoint: "
-                              f"{last_complete_checkpoint(output_dir) or 'none yet'}")
-    tokens = (trainer.state.global_step - curve.start_step) * cfg.batch_size * prepared.data.train_tokens / len(prepared.data.train)
-    result = PretrainResult(output_dir, curve.curves.last, prepared.data.unigram_top1, prepared.data.unigram_top5,
-                            seconds, tokens / max(seconds, 1e-9), [], curve.curves)
+        raise TrainingStopped(
+            f"training stopped at step {finite.step}: {finite.reason} (learning rate too high?); "
+            f"nothing was saved after step {finite.step}; last good checkpoint: "
+            f"{last_complete_checkpoint(output_dir) or 'none yet'}"
+        )
+    tokens = (
+        (trainer.state.global_step - curve.start_step)
+        * cfg.batch_size
+        * prepared.data.train_tokens
+        / len(prepared.data.train)
+    )
+    result = PretrainResult(
+        output_dir,
+        curve.curves.last,
+        prepared.data.unigram_top1,
+        prepared.data.unigram_top5,
+        seconds,
+        tokens / max(seconds, 1e-9),
+        [],
+        curve.curves,
+    )
     if stop.received is not None:
         result.stopped_by = stop.name
-        console.print(f"{stop.name}: stopped at step {trainer.state.global_step} after saving "
-                      f"{last_complete_checkpoint(output_dir)}; continue with the same command and --resume")
+        console.print(
+            f"{stop.name}: stopped at step {trainer.state.global_step} after saving "
+            f"{last_complete_checkpoint(output_dir)}; continue with the same command and --resume"
+        )
         return result
     _finish(cfg, prepared, trainer, result, stock, console)
     return result
@@ -109,8 +126,9 @@ def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stoc
 def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console) -> None:
     trainer.save_model(str(result.output_dir))
     prepared.tokenizer.save_pretrained(str(result.output_dir))
-    result.guesses = fill_mask(result.output_dir, choose_probes(prepared.data.held_out_paragraphs, prepared.tokenizer,
-                                                                      cfg.seq_len))
+    result.guesses = fill_mask(
+        result.output_dir, choose_probes(prepared.data.held_out_paragraphs, prepared.tokenizer, cfg.seq_len)
+    )
     if stock is not None:
         result.compare = time_to_quality(stock, result.curves)
         (result.output_dir / "compare.json").write_text(json.dumps(result.compare.as_dict(), indent=2))
@@ -118,8 +136,9 @@ def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Cur
         from turbotrain.pretrain.plot import plot_losses
 
         runs = {"stock Trainer": stock, "TurboTrainer": result.curves} if stock else {"TurboTrainer": result.curves}
-        result.plot = plot_losses(runs, result.output_dir / "loss.png",
-                                  result.compare.target_loss if result.compare else None)
+        result.plot = plot_losses(
+            runs, result.output_dir / "loss.png", result.compare.target_loss if result.compare else None
+        )
     print_summary(console, result)
     console.print("MFU: " + _mfu_line(trainer, prepared, result))
     if cfg.export_onnx:
@@ -136,8 +155,13 @@ def _mfu_line(trainer, prepared: Prepared, result: PretrainResult) -> str:
     tokens = int(result.tokens_per_second * result.train_seconds)
     mean_length = max(1, round(prepared.data.train_tokens / max(len(prepared.data.train), 1)))
     sparse = trainer.turbo_report is not None and "label_sparsity" in trainer.turbo_report.applied
-    return flops.run_line(trainer.model, tokens=tokens, seq_len=mean_length, seconds=result.train_seconds,
-                          head_rows=int(MASKED_SHARE * tokens) if sparse else None)
+    return flops.run_line(
+        trainer.model,
+        tokens=tokens,
+        seq_len=mean_length,
+        seconds=result.train_seconds,
+        head_rows=int(MASKED_SHARE * tokens) if sparse else None,
+    )
 
 
 def export_for_deployment(console: Console, model_dir: Path) -> Path:
@@ -148,4 +172,3 @@ def export_for_deployment(console: Console, model_dir: Path) -> Path:
     if run_export(str(model_dir), str(onnx_dir), console=console) != 0:
         raise RuntimeError(f"the ONNX export in {onnx_dir} does not match torch; see the message above")
     return onnx_dir
-

@@ -30,7 +30,9 @@ def evaluate_masked(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
         keep = labels != -100
         if not keep.any():
             continue
-        logits = model(input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)).logits
+        logits = model(
+            input_ids=batch["input_ids"].to(device), attention_mask=batch["attention_mask"].to(device)
+        ).logits
         logits, target = logits[keep].float(), labels[keep]  # [B, T, V] -> [K, V]
         total_loss += float(F.cross_entropy(logits, target, reduction="sum"))
         best = logits.topk(5, dim=-1).indices

@@ -14,10 +14,21 @@ def plot_losses(runs: dict[str, Curves], path: Path, target: float | None = None
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for (name, curves), color in zip(runs.items(), ("tab:blue", "tab:orange", "tab:green")):
         for axis, x in zip(axes, ("step", "seconds")):
-            axis.plot([getattr(p, x) for p in curves.train], [p.value for p in curves.train], color=color, alpha=0.45,
-                      label=f"{name} training")
-            axis.plot([getattr(p, x) for p in curves.held_out], [p.value for p in curves.held_out], color=color,
-                      marker="o", markersize=3, label=f"{name} held-out")
+            axis.plot(
+                [getattr(p, x) for p in curves.train],
+                [p.value for p in curves.train],
+                color=color,
+                alpha=0.45,
+                label=f"{name} training",
+            )
+            axis.plot(
+                [getattr(p, x) for p in curves.held_out],
+                [p.value for p in curves.held_out],
+                color=color,
+                marker="o",
+                markersize=3,
+                label=f"{name} held-out",
+            )
     for axis, label in zip(axes, ("step", "training wall time (s, evaluation excluded)")):
         if target is not None:
             axis.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:.2f}")

@@ -37,7 +37,7 @@ class Guess:
 def first_sentence(paragraph: str) -> str:
     flat = " ".join(paragraph.split())
     end = flat.find(". ")
-    return flat if end < 0 else flat[:end + 1]
+    return flat if end < 0 else flat[: end + 1]
 
 
 def make_probe(sentence: str, tokenizer: PreTrainedTokenizerBase, max_len: int = 512) -> Probe | None:
@@ -48,13 +48,14 @@ def make_probe(sentence: str, tokenizer: PreTrainedTokenizerBase, max_len: int =
     for i in sorted(range(1, len(words)), key=lambda j: (abs(j - middle), j)):
         word = words[i].rstrip(".,")
         if _WORD.match(word) and len(tokenizer.encode(" " + word, add_special_tokens=False)) == 1:
-            masked = " ".join(words[:i] + [words[i].replace(word, tokenizer.mask_token, 1)] + words[i + 1:])
+            masked = " ".join(words[:i] + [words[i].replace(word, tokenizer.mask_token, 1)] + words[i + 1 :])
             return Probe(masked, word)
     return None
 
 
-def choose_probes(paragraphs: list[str], tokenizer: PreTrainedTokenizerBase, max_len: int,
-                  count: int = 10) -> list[Probe]:
+def choose_probes(
+    paragraphs: list[str], tokenizer: PreTrainedTokenizerBase, max_len: int, count: int = 10
+) -> list[Probe]:
     probes = []
     for paragraph in paragraphs:
         probe = make_probe(first_sentence(paragraph), tokenizer, max_len)

@@ -26,7 +26,9 @@ class Prepared:
 def prepare(cfg: PretrainConfig) -> Prepared:
     corpus = load_corpus(cfg.files)
     tokenizer = train_tokenizer(corpus, cfg.vocab_size)
-    return Prepared(corpus, tokenizer, build_pretrain_data(corpus, tokenizer, cfg.seq_len, cfg.batch_size, seed=cfg.seed))
+    return Prepared(
+        corpus, tokenizer, build_pretrain_data(corpus, tokenizer, cfg.seq_len, cfg.batch_size, seed=cfg.seed)
+    )
 
 
 def initial_model(cfg: PretrainConfig, vocab_size: int) -> RobertaForMaskedLM:
@@ -36,11 +38,23 @@ def initial_model(cfg: PretrainConfig, vocab_size: int) -> RobertaForMaskedLM:
 
 def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False) -> TrainingArguments:
     common = dict(
-        output_dir=output_dir, per_device_train_batch_size=cfg.batch_size, max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate, warmup_steps=cfg.warmup, lr_scheduler_type=cfg.lr_scheduler,
-        weight_decay=0.01, adam_beta2=0.98, logging_steps=cfg.logging_steps, eval_strategy="no",
-        save_strategy="no" if stock else "steps", save_steps=cfg.save_steps, save_total_limit=2,
-        report_to="none", seed=cfg.seed, dataloader_num_workers=0, dataloader_pin_memory=False,
+        output_dir=output_dir,
+        per_device_train_batch_size=cfg.batch_size,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        warmup_steps=cfg.warmup,
+        lr_scheduler_type=cfg.lr_scheduler,
+        weight_decay=0.01,
+        adam_beta2=0.98,
+        logging_steps=cfg.logging_steps,
+        eval_strategy="no",
+        save_strategy="no" if stock else "steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=2,
+        report_to="none",
+        seed=cfg.seed,
+        dataloader_num_workers=0,
+        dataloader_pin_memory=False,
         disable_tqdm=not cfg.progress,
     )
     if stock:
@@ -51,5 +65,11 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
 def make_trainer(cfg: PretrainConfig, prepared: Prepared, output_dir: str, callbacks: list, stock: bool = False):
     model = initial_model(cfg, len(prepared.tokenizer))
     trainer_class = Trainer if stock else TurboTrainer
-    return trainer_class(model=model, args=training_arguments(cfg, output_dir, stock), train_dataset=prepared.data.train,
-                         data_collator=prepared.data.collator, processing_class=prepared.tokenizer, callbacks=callbacks)
+    return trainer_class(
+        model=model,
+        args=training_arguments(cfg, output_dir, stock),
+        train_dataset=prepared.data.train,
+        data_collator=prepared.data.collator,
+        processing_class=prepared.tokenizer,
+        callbacks=callbacks,
+    )

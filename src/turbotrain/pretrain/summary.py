@@ -9,29 +9,41 @@ from rich.console import Console
 
 def print_data(console: Console, cfg, prepared) -> None:
     data = prepared.data
-    console.print(f"corpus [bold]{prepared.corpus.name}[/]: {len(prepared.corpus):,} paragraphs, "
-                  f"{prepared.corpus.num_chars / 1e6:.2f} M chars; tokenizer: {len(prepared.tokenizer):,} tokens")
-    console.print(f"data: {len(data.train):,} training paragraphs ({data.train_tokens / 1e6:.2f} M tokens, "
-                  f"<= {cfg.seq_len} each), {len(data.held_out_paragraphs):,} held out "
-                  f"({data.eval_masked_tokens:,} masked tokens, fixed masks)")
-    console.print(f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.max_steps} steps "
-                  f"of {cfg.batch_size} paragraphs, lr {cfg.learning_rate:g} ({cfg.lr_scheduler}, "
-                  f"{cfg.warmup} warm-up)")
+    console.print(
+        f"corpus [bold]{prepared.corpus.name}[/]: {len(prepared.corpus):,} paragraphs, "
+        f"{prepared.corpus.num_chars / 1e6:.2f} M chars; tokenizer: {len(prepared.tokenizer):,} tokens"
+    )
+    console.print(
+        f"data: {len(data.train):,} training paragraphs ({data.train_tokens / 1e6:.2f} M tokens, "
+        f"<= {cfg.seq_len} each), {len(data.held_out_paragraphs):,} held out "
+        f"({data.eval_masked_tokens:,} masked tokens, fixed masks)"
+    )
+    console.print(
+        f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.max_steps} steps "
+        f"of {cfg.batch_size} paragraphs, lr {cfg.learning_rate:g} ({cfg.lr_scheduler}, "
+        f"{cfg.warmup} warm-up)"
+    )
 
 
 def print_summary(console: Console, result) -> None:
     held = result.held_out
     if held is not None:
-        console.print(f"held-out: loss {held.loss:.3f} (perplexity {math.exp(min(held.loss, 50)):.1f}), masked-token "
-                      f"top-1 {held.top1:.1%} / top-5 {held.top5:.1%}; unigram baseline top-1 {result.unigram_top1:.1%} / "
-                      f"top-5 {result.unigram_top5:.1%} (top-1 {held.top1 / max(result.unigram_top1, 1e-9):.1f}x)")
-    console.print(f"trained in {result.train_seconds:.0f} s ({result.tokens_per_second:,.0f} real tokens/s, evaluation "
-                  f"and checkpoint saves excluded); saved to {result.output_dir}")
+        console.print(
+            f"held-out: loss {held.loss:.3f} (perplexity {math.exp(min(held.loss, 50)):.1f}), masked-token "
+            f"top-1 {held.top1:.1%} / top-5 {held.top5:.1%}; unigram baseline top-1 {result.unigram_top1:.1%} / "
+            f"top-5 {result.unigram_top5:.1%} (top-1 {held.top1 / max(result.unigram_top1, 1e-9):.1f}x)"
+        )
+    console.print(
+        f"trained in {result.train_seconds:.0f} s ({result.tokens_per_second:,.0f} real tokens/s, evaluation "
+        f"and checkpoint saves excluded); saved to {result.output_dir}"
+    )
     if result.compare is not None:
         c = result.compare
-        console.print(f"time to held-out loss {c.target_loss:.3f}: stock Trainer {c.stock_seconds:.0f} s (step "
-                      f"{c.stock_step}), TurboTrainer {c.turbo_seconds:.0f} s (step {c.turbo_step}): "
-                      f"[bold]{c.speedup:.2f}x[/]")
+        console.print(
+            f"time to held-out loss {c.target_loss:.3f}: stock Trainer {c.stock_seconds:.0f} s (step "
+            f"{c.stock_step}), TurboTrainer {c.turbo_seconds:.0f} s (step {c.turbo_step}): "
+            f"[bold]{c.speedup:.2f}x[/]"
+        )
     if result.plot is not None:
         console.print(f"loss curves: {result.plot}")
     console.print("fill-mask on held-out sentences (true word, its rank among all tokens; guesses):")

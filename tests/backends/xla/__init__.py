@@ -5,5 +5,7 @@ import pytest
 
 from turbotrain.utils.imports import is_available
 
-requires_xla = pytest.mark.skipif(not all(is_available(p) for p in ("jax", "torchax", "optax")),
-                                  reason="needs the xla extra: pip install 'turbotrain[xla]'")
+requires_xla = pytest.mark.skipif(
+    not all(is_available(p) for p in ("jax", "torchax", "optax")),
+    reason="needs the xla extra: pip install 'turbotrain[xla]'",
+)

@@ -13,8 +13,7 @@ from turbotrain.backends.xla.options import XlaOptions
 
 
 def xla_trainer(tmp_path, trainer_class=TurboTrainer, **overrides):
-    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="xla", report_to="none", max_steps=1,
-                                  **overrides)
+    args = TurboTrainingArguments(output_dir=str(tmp_path), backend="xla", report_to="none", max_steps=1, **overrides)
     return trainer_class(model=make("gpt2", dropout=False), args=args, train_dataset=dataset(n=8))
 
 
@@ -46,13 +45,16 @@ class OwnLoss(TurboTrainer):
 
 
 @requires_xla
-@pytest.mark.parametrize(("overrides", "trainer_class", "message"), [
-    ({"optim": "sgd"}, TurboTrainer, "optim"),
-    ({"bf16": True, "use_cpu": True}, TurboTrainer, "bf16"),
-    ({"label_smoothing_factor": 0.1}, TurboTrainer, "label smoothing"),
-    ({"auto_find_batch_size": True}, TurboTrainer, "auto_find_batch_size"),
-    ({}, OwnLoss, "compute_loss"),
-])
+@pytest.mark.parametrize(
+    ("overrides", "trainer_class", "message"),
+    [
+        ({"optim": "sgd"}, TurboTrainer, "optim"),
+        ({"bf16": True, "use_cpu": True}, TurboTrainer, "bf16"),
+        ({"label_smoothing_factor": 0.1}, TurboTrainer, "label smoothing"),
+        ({"auto_find_batch_size": True}, TurboTrainer, "auto_find_batch_size"),
+        ({}, OwnLoss, "compute_loss"),
+    ],
+)
 def test_what_the_compiled_step_would_bypass_is_refused(tmp_path, overrides, trainer_class, message):
     from turbotrain.backends.xla.loop import check_trainer
 

@@ -27,9 +27,15 @@ DECAY = {"weight": True, "bias": False}
 def test_matches_torch_adamw_with_clipping():
     generator = torch.Generator().manual_seed(0)
     torch_params = {name: torch.randn(shape, generator=generator, requires_grad=True) for name, shape in SHAPES.items()}
-    optimizer = torch.optim.AdamW([{"params": [torch_params["weight"]], "weight_decay": 0.1},
-                                   {"params": [torch_params["bias"]], "weight_decay": 0.0}],
-                                  lr=1e-2, betas=(0.9, 0.98), eps=1e-6)
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [torch_params["weight"]], "weight_decay": 0.1},
+            {"params": [torch_params["bias"]], "weight_decay": 0.0},
+        ],
+        lr=1e-2,
+        betas=(0.9, 0.98),
+        eps=1e-6,
+    )
     params = {name: jax.numpy.asarray(p.detach().numpy()) for name, p in torch_params.items()}
     adamw = torch_adamw(0.9, 0.98, 1e-6, 0.1, DECAY)
     state = adamw.init(params)
@@ -47,8 +53,10 @@ def test_matches_torch_adamw_with_clipping():
         updates, state = adamw.update(jax_grads, with_learning_rate(state, lr), params)
         params = optax.apply_updates(params, updates)
         for name, p in torch_params.items():
-            np.testing.assert_allclose(np.asarray(params[name]), p.detach().numpy(), rtol=1e-6, atol=1e-6,
-                                       err_msg=f"{name} at step {step + 1}")
+            np.testing.assert_allclose(
+                np.asarray(params[name]), p.detach().numpy(), rtol=1e-6, atol=1e-6, err_msg=f"{name} at step {step + 1}"
+            )
     assert int(state.count) == 5
-    np.testing.assert_allclose(np.asarray(state.nu["weight"]), optimizer.state[torch_params["weight"]]["exp_avg_sq"],
-                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        np.asarray(state.nu["weight"]), optimizer.state[torch_params["weight"]]["exp_avg_sq"], rtol=1e-6, atol=1e-9
+    )

@@ -35,12 +35,15 @@ def test_only_named_dimension_overloads_become_placeholders_and_only_inside():
 
 @requires_xla
 def test_torchax_imports_and_dataloaders_still_pin_memory():
-    script = ("import torch\n"
-              "from turbotrain.backends.xla.torchax_compat import import_torchax\n"
-              "torchax = import_torchax()\n"
-              "loader = torch.utils.data.DataLoader([torch.ones(2)] * 4, batch_size=2, pin_memory=True)\n"
-              "assert len(list(loader)) == 2\n"
-              "print(torchax.__version__)\n")
-    done = subprocess.run([sys.executable, "-W", "ignore", "-c", script], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    script = (
+        "import torch\n"
+        "from turbotrain.backends.xla.torchax_compat import import_torchax\n"
+        "torchax = import_torchax()\n"
+        "loader = torch.utils.data.DataLoader([torch.ones(2)] * 4, batch_size=2, pin_memory=True)\n"
+        "assert len(list(loader)) == 2\n"
+        "print(torchax.__version__)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -30,8 +30,14 @@ RTOL = 1e-4
 @pytest.fixture(scope="module")
 def results(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("xla")
-    done = subprocess.run([sys.executable, "-m", "tests.backends.xla.xla_worker", str(out)], cwd=ROOT, env=ENV,
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.backends.xla.xla_worker", str(out)],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-6000:]
     return json.loads((out / "results.json").read_text())
 

@@ -35,8 +35,18 @@ from turbotrain import TurboTrainer, TurboTrainingArguments
 from turbotrain.backends.xla.batches import ROWS
 
 GLOBAL_BATCH = 8
-COMMON = dict(max_steps=10, logging_steps=1, report_to="none", save_strategy="no", seed=0, learning_rate=1e-3,
-              weight_decay=0.01, warmup_steps=2, disable_tqdm=True, dataloader_num_workers=0)
+COMMON = dict(
+    max_steps=10,
+    logging_steps=1,
+    report_to="none",
+    save_strategy="no",
+    seed=0,
+    learning_rate=1e-3,
+    weight_decay=0.01,
+    warmup_steps=2,
+    disable_tqdm=True,
+    dataloader_num_workers=0,
+)
 # every batch pads to 40 tokens and its kept rows to a quarter of the batch: one compiled shape per run
 BUCKETS = {"length_buckets": [40], "label_row_buckets": 4}
 PAD = {"roberta": 1, "gpt2": 0}
@@ -45,8 +55,12 @@ LOADERS = {"roberta": AutoModelForMaskedLM, "gpt2": AutoModelForCausalLM}
 
 def train(family: str, out: Path, devices: int | None, accumulation: int = 1, resume=None, **overrides):
     per_device = GLOBAL_BATCH // accumulation // (devices or 1)
-    common = {**COMMON, **overrides, "per_device_train_batch_size": per_device,
-              "gradient_accumulation_steps": accumulation}
+    common = {
+        **COMMON,
+        **overrides,
+        "per_device_train_batch_size": per_device,
+        "gradient_accumulation_steps": accumulation,
+    }
     data = variable_length_dataset(n=96, max_len=40)
     eval_data = variable_length_dataset(n=16, max_len=40, seed=1)
     collator = RightPaddingCollator(PAD[family])
@@ -55,17 +69,21 @@ def train(family: str, out: Path, devices: int | None, accumulation: int = 1, re
         args = TrainingArguments(output_dir=str(out), **common)
         trainer = Trainer(model=model, args=args, train_dataset=data, eval_dataset=eval_data, data_collator=collator)
     else:
-        args = TurboTrainingArguments(output_dir=str(out), backend="xla",
-                                      backend_options={**BUCKETS, "num_devices": devices}, **common)
-        trainer = TurboTrainer(model=model, args=args, train_dataset=data, eval_dataset=eval_data,
-                               data_collator=collator)
+        args = TurboTrainingArguments(
+            output_dir=str(out), backend="xla", backend_options={**BUCKETS, "num_devices": devices}, **common
+        )
+        trainer = TurboTrainer(
+            model=model, args=args, train_dataset=data, eval_dataset=eval_data, data_collator=collator
+        )
     trainer.train(resume_from_checkpoint=resume)
     history = trainer.state.log_history
-    return trainer, {"losses": [h["loss"] for h in history if "loss" in h],
-                     "steps": [h["step"] for h in history if "loss" in h],
-                     "eval": [h["eval_loss"] for h in history if "eval_loss" in h],
-                     "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
-                     "report": trainer.backend.report() if devices else {}}
+    return trainer, {
+        "losses": [h["loss"] for h in history if "loss" in h],
+        "steps": [h["step"] for h in history if "loss" in h],
+        "eval": [h["eval_loss"] for h in history if "eval_loss" in h],
+        "grad_norms": [h["grad_norm"] for h in history if "grad_norm" in h],
+        "report": trainer.backend.report() if devices else {},
+    }
 
 
 def probe_batch(family: str) -> dict:
@@ -110,10 +128,17 @@ def gradient_gap(family: str) -> dict:
     params, frozen = jax.device_put((trainable, frozen), replicated(mesh))
     with jax.default_matmul_precision("highest"):
         jax_loss, grads = jax.jit(step._grads)(params, frozen, arrays, None, jax.random.key(0))
-    gaps = {name: float(abs(torch.from_numpy(np.asarray(grads[name])) - grad).max() / max(grad.abs().max(), floor))
-            for name, grad in expected.items()}
-    return {"loss_gap": abs(float(jax_loss) - loss.item()) / abs(loss.item()), "max_grad_gap": max(gaps.values()),
-            "worst": max(gaps, key=gaps.get), "parameters": len(gaps), "rows": arrays[ROWS].shape[1]}
+    gaps = {
+        name: float(abs(torch.from_numpy(np.asarray(grads[name])) - grad).max() / max(grad.abs().max(), floor))
+        for name, grad in expected.items()
+    }
+    return {
+        "loss_gap": abs(float(jax_loss) - loss.item()) / abs(loss.item()),
+        "max_grad_gap": max(gaps.values()),
+        "worst": max(gaps, key=gaps.get),
+        "parameters": len(gaps),
+        "rows": arrays[ROWS].shape[1],
+    }
 
 
 def dropout_losses(family: str) -> list[float]:
@@ -129,10 +154,13 @@ def dropout_losses(family: str) -> list[float]:
 
     model = make(family, dropout=True).train()
     trainable, frozen = split_parameters(model)
-    step = CompiledStep(model, None, torch_adamw(0.9, 0.999, 1e-8, 0.0, {n: True for n in trainable}),
-                        data_parallel_mesh(1))
-    arrays = step_arrays([padded_batch([20, 9], pad_token_id=PAD[family])],
-                         BatchLayout(global_rows=2, data_parallel=1, pad_token_id=PAD[family]))
+    step = CompiledStep(
+        model, None, torch_adamw(0.9, 0.999, 1e-8, 0.0, {n: True for n in trainable}), data_parallel_mesh(1)
+    )
+    arrays = step_arrays(
+        [padded_batch([20, 9], pad_token_id=PAD[family])],
+        BatchLayout(global_rows=2, data_parallel=1, pad_token_id=PAD[family]),
+    )
     micro = {name: value[0] for name, value in arrays.items()}
     loss = jax.jit(step._micro_loss, static_argnums=5)
     keys = [jax.random.key(0), jax.random.key(0), jax.random.key(1)]
@@ -141,12 +169,18 @@ def dropout_losses(family: str) -> list[float]:
 
 def family_results(family: str, out: Path) -> dict:
     stock, stock_run = train(family, out / "stock", None, eval_strategy="steps", eval_steps=5)
-    four, four_run = train(family, out / "xla4", 4, eval_strategy="steps", eval_steps=5, save_strategy="steps",
-                           save_steps=5)
+    four, four_run = train(
+        family, out / "xla4", 4, eval_strategy="steps", eval_steps=5, save_strategy="steps", save_steps=5
+    )
     _, one_run = train(family, out / "xla1", 1)
     four.save_model(str(out / "saved"))
-    result = {"stock": stock_run, "xla4": four_run, "xla1": one_run,
-              "logits_gap": logits_gap(family, out / "saved", stock.model), "gradients": gradient_gap(family)}
+    result = {
+        "stock": stock_run,
+        "xla4": four_run,
+        "xla1": one_run,
+        "logits_gap": logits_gap(family, out / "saved", stock.model),
+        "gradients": gradient_gap(family),
+    }
     if family == "gpt2":
         loaded = AutoModelForCausalLM.from_pretrained(out / "saved")
         result["tied"] = loaded.lm_head.weight.data_ptr() == loaded.transformer.wte.weight.data_ptr()

@@ -32,8 +32,11 @@ from turbotrain.hf_boundary import missing_loop_parts
 from turbotrain.utils.imports import is_available
 
 PACKAGES = ("jax", "torchax", "optax")
-NOT_USED = {"padding_free": "packed batches change shape every step", "embedding_grad": "a torch autograd hook",
-            "chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
+NOT_USED = {
+    "padding_free": "packed batches change shape every step",
+    "embedding_grad": "a torch autograd hook",
+    "chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE,
+}
 
 
 @register_backend
@@ -51,12 +54,16 @@ class XlaBackend(Backend):
     def check_available(self, args: TrainingArguments) -> None:
         missing = [package for package in PACKAGES if not is_available(package)]
         if missing:
-            raise BackendUnavailable(f"backend 'xla' needs {', '.join(missing)}, not installed. "
-                                     "Install them with: pip install 'turbotrain[xla]'")
+            raise BackendUnavailable(
+                f"backend 'xla' needs {', '.join(missing)}, not installed. "
+                "Install them with: pip install 'turbotrain[xla]'"
+            )
         missing_parts = missing_loop_parts()
         if missing_parts:
-            raise BackendUnavailable(f"backend 'xla' reuses parts of Trainer's loop that this Transformers release "
-                                     f"lacks ({', '.join(missing_parts)}); upgrade transformers")
+            raise BackendUnavailable(
+                f"backend 'xla' reuses parts of Trainer's loop that this Transformers release "
+                f"lacks ({', '.join(missing_parts)}); upgrade transformers"
+            )
 
     def training_loop(self, trainer):
         from turbotrain.backends.xla.loop import XlaRun
@@ -68,5 +75,9 @@ class XlaBackend(Backend):
         if self.run is None or self.run.step is None:
             return {}
         step = self.run.step
-        return {"devices": self.run.mesh.size, "compiled_shapes": len(step.compiled_shapes),
-                "compiles": step.compiles(), "label_sparsity": step.used_label_sparsity()}
+        return {
+            "devices": self.run.mesh.size,
+            "compiled_shapes": len(step.compiled_shapes),
+            "compiles": step.compiles(),
+            "label_sparsity": step.used_label_sparsity(),
+        }

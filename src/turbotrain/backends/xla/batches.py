@@ -70,7 +70,8 @@ def _pad_rows(name: str, value: torch.Tensor, rows: int) -> torch.Tensor:
     if value.is_floating_point():
         raise ValueError(
             f"turbotrain xla: a short batch ({value.shape[0]} rows, not {rows}) cannot be padded because '{name}' "
-            "holds floats (no ignore value); set dataloader_drop_last=True")
+            "holds floats (no ignore value); set dataloader_drop_last=True"
+        )
     out = torch.full((rows, *value.shape[1:]), IGNORE_INDEX if name == "labels" else 0, dtype=value.dtype)
     out[: value.shape[0]] = value
     return out
@@ -118,5 +119,7 @@ def _kept_rows(padded: list[dict], layout: BatchLayout, length: int) -> dict[str
     counts = [int((shifted_targets(p["labels"], causal) != IGNORE_INDEX).sum()) for p in padded]
     count = layout.kept_row_count(max(counts), length)
     chosen = [kept_rows(p["labels"], causal, count) for p in padded]
-    return {ROWS: np.stack([host_array(rows) for rows, _ in chosen]),
-            KEPT: np.stack([host_array(kept) for _, kept in chosen])}
+    return {
+        ROWS: np.stack([host_array(rows) for rows, _ in chosen]),
+        KEPT: np.stack([host_array(kept) for _, kept in chosen]),
+    }

@@ -55,15 +55,20 @@ def check_trainer(trainer: Trainer) -> None:
     """Refuse what the compiled step would silently ignore."""
     args = trainer.args
     if str(args.optim) not in ADAMW_OPTIMS:
-        raise ValueError(f"backend 'xla' trains with torch's AdamW semantics; optim={args.optim!r} is not supported "
-                         f"(use one of {ADAMW_OPTIMS})")
+        raise ValueError(
+            f"backend 'xla' trains with torch's AdamW semantics; optim={args.optim!r} is not supported "
+            f"(use one of {ADAMW_OPTIMS})"
+        )
     for name in OVERRIDES_BYPASSED:
         if getattr(type(trainer), name) is not getattr(Trainer, name):
-            raise ValueError(f"backend 'xla' computes the loss inside its compiled step; {type(trainer).__name__} "
-                             f"overrides {name}(), which it would bypass")
+            raise ValueError(
+                f"backend 'xla' computes the loss inside its compiled step; {type(trainer).__name__} "
+                f"overrides {name}(), which it would bypass"
+            )
     if trainer.compute_loss_func is not None or args.label_smoothing_factor != 0:
-        raise ValueError("backend 'xla' uses the model's own loss; compute_loss_func and label smoothing are "
-                         "not supported")
+        raise ValueError(
+            "backend 'xla' uses the model's own loss; compute_loss_func and label smoothing are not supported"
+        )
     if args.fp16 or args.bf16:
         raise ValueError("backend 'xla' trains in float32 for now; fp16/bf16 mixed precision is not supported")
     if args.auto_find_batch_size:
@@ -87,25 +92,41 @@ class XlaRun:
         report = self.trainer.turbo_report
         sparsity = report.label_sparsity if report is not None else None
         pad = getattr(model.config, "pad_token_id", None)
-        return BatchLayout(global_rows=hf_boundary.train_batch_size(self.trainer), data_parallel=data_parallel_size(self.mesh),
-                           pad_token_id=pad if pad is not None else 0, length_buckets=self.options.length_buckets,
-                           label_row_buckets=self.options.label_row_buckets,
-                           sparsity_causal=sparsity.head.causal if sparsity is not None else None)
+        return BatchLayout(
+            global_rows=hf_boundary.train_batch_size(self.trainer),
+            data_parallel=data_parallel_size(self.mesh),
+            pad_token_id=pad if pad is not None else 0,
+            length_buckets=self.options.length_buckets,
+            label_row_buckets=self.options.label_row_buckets,
+            sparsity_causal=sparsity.head.causal if sparsity is not None else None,
+        )
 
     def _build_step(self, model) -> CompiledStep:
         args, trainer = self.trainer.args, self.trainer
         trainable, frozen = split_parameters(model)
         decay = set(trainer.get_decay_parameter_names(model))
-        adamw = torch_adamw(args.adam_beta1, args.adam_beta2, args.adam_epsilon, args.weight_decay,
-                            {name: name in decay for name in trainable})
+        adamw = torch_adamw(
+            args.adam_beta1,
+            args.adam_beta2,
+            args.adam_epsilon,
+            args.weight_decay,
+            {name: name in decay for name in trainable},
+        )
         max_grad_norm = args.max_grad_norm if args.max_grad_norm and args.max_grad_norm > 0 else None
         report = trainer.turbo_report
-        step = CompiledStep(model, max_grad_norm, adamw, self.mesh, report.label_sparsity if report else None,
-                            self.options.matmul_precision)
+        step = CompiledStep(
+            model,
+            max_grad_norm,
+            adamw,
+            self.mesh,
+            report.label_sparsity if report else None,
+            self.options.matmul_precision,
+        )
         self.frozen = jax.device_put(frozen, replicated(self.mesh))
         # every leaf placed like the step's outputs, or the second call would compile again
-        self.state = jax.device_put(TrainState(trainable, self._opt_state(adamw, model, trainable)),
-                                    replicated(self.mesh))
+        self.state = jax.device_put(
+            TrainState(trainable, self._opt_state(adamw, model, trainable)), replicated(self.mesh)
+        )
         return step
 
     def _opt_state(self, adamw, model, params: dict):
@@ -133,25 +154,47 @@ class XlaRun:
         trainer = self.trainer
         hf_boundary.set_train_batch_size(trainer, args.per_device_train_batch_size * data_parallel_size(self.mesh))
         dataloader = trainer.get_train_dataloader()
-        (num_train_epochs, num_update_steps_per_epoch, _examples, num_train_samples, _total_batch, steps_in_epoch,
-         max_steps) = trainer.set_initial_training_values(args, dataloader)
+        (
+            num_train_epochs,
+            num_update_steps_per_epoch,
+            _examples,
+            num_train_samples,
+            _total_batch,
+            steps_in_epoch,
+            max_steps,
+        ) = trainer.set_initial_training_values(args, dataloader)
         epochs_trained, skip_batches = hf_boundary.init_training_state(
-            trainer, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial)
+            trainer, max_steps, num_update_steps_per_epoch, num_train_epochs, resume_from_checkpoint, trial
+        )
         model, dataloader = hf_boundary.prepare_for_training(trainer, max_steps, dataloader, resume_from_checkpoint)
         model.train()
         step = self.step = self._build_step(trainer.model)
         layout = self._layout(trainer.model)
-        logger.info("turbotrain xla: %d steps, batch %d over %d device(s) %s, %d trainable parameters", max_steps,
-                    hf_boundary.train_batch_size(trainer), layout.data_parallel, [d.platform for d in self.mesh.devices.flat][:1],
-                    get_model_param_count(trainer.model, trainable_only=True))
+        logger.info(
+            "turbotrain xla: %d steps, batch %d over %d device(s) %s, %d trainable parameters",
+            max_steps,
+            hf_boundary.train_batch_size(trainer),
+            layout.data_parallel,
+            [d.platform for d in self.mesh.devices.flat][:1],
+            get_model_param_count(trainer.model, trainable_only=True),
+        )
         start_time = time.time()
         hf_boundary.start_loss_tracking(trainer)
         key = jax.random.key(args.seed)
         trainer.control = trainer.callback_handler.on_train_begin(args, trainer.state, trainer.control)
         for epoch in range(epochs_trained, num_train_epochs):
-            self._train_epoch(step, layout, key, dataloader, epoch, steps_in_epoch,
-                            skip_batches if epoch == epochs_trained and resume_from_checkpoint else 0,
-                            trial, ignore_keys_for_eval, start_time)
+            self._train_epoch(
+                step,
+                layout,
+                key,
+                dataloader,
+                epoch,
+                steps_in_epoch,
+                skip_batches if epoch == epochs_trained and resume_from_checkpoint else 0,
+                trial,
+                ignore_keys_for_eval,
+                start_time,
+            )
             if trainer.control.should_training_stop:
                 break
         self._flush_loss()
@@ -178,8 +221,9 @@ class XlaRun:
             control = trainer.control = trainer.callback_handler.on_step_begin(args, trainer.state, control)
             learning_rate = hf_boundary.learning_rate(trainer)
             step_key = jax.random.fold_in(key, trainer.state.global_step)
-            self.state, loss, grad_norm = step(self.state, self.frozen, step_arrays(micro_batches, layout), num_items,
-                                               learning_rate, step_key)
+            self.state, loss, grad_norm = step(
+                self.state, self.frozen, step_arrays(micro_batches, layout), num_items, learning_rate, step_key
+            )
             self.pending_loss = loss if self.pending_loss is None else self.pending_loss + loss
             for micro in micro_batches:
                 trainer.current_flos += float(trainer.floating_point_ops(micro))

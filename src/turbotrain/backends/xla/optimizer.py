@@ -25,17 +25,20 @@ import optax
 
 
 class TorchAdamWState(NamedTuple):
-    count: jax.Array        # steps taken (torch's `step`)
-    mu: optax.Updates       # torch's `exp_avg`
-    nu: optax.Updates       # torch's `exp_avg_sq`
+    count: jax.Array  # steps taken (torch's `step`)
+    mu: optax.Updates  # torch's `exp_avg`
+    nu: optax.Updates  # torch's `exp_avg_sq`
     learning_rate: jax.Array
 
 
-def torch_adamw(b1: float, b2: float, eps: float, weight_decay: float, decay_mask: dict) -> optax.GradientTransformation:
+def torch_adamw(
+    b1: float, b2: float, eps: float, weight_decay: float, decay_mask: dict
+) -> optax.GradientTransformation:
     def init(params):
         zeros = jax.tree.map(jnp.zeros_like, params)
-        return TorchAdamWState(jnp.zeros([], jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params),
-                               jnp.zeros([], jnp.float32))
+        return TorchAdamWState(
+            jnp.zeros([], jnp.int32), zeros, jax.tree.map(jnp.zeros_like, params), jnp.zeros([], jnp.float32)
+        )
 
     def update(grads, state, params):
         count = state.count + 1
@@ -43,8 +46,8 @@ def torch_adamw(b1: float, b2: float, eps: float, weight_decay: float, decay_mas
         mu = jax.tree.map(lambda m, g: b1 * m + (1 - b1) * g, state.mu, grads)
         nu = jax.tree.map(lambda v, g: b2 * v + (1 - b2) * g * g, state.nu, grads)
         t = count.astype(jnp.float32)
-        step_size = lr / (1 - b1 ** t)
-        bias_correction2_sqrt = jnp.sqrt(1 - b2 ** t)
+        step_size = lr / (1 - b1**t)
+        bias_correction2_sqrt = jnp.sqrt(1 - b2**t)
 
         def delta(p, m, v, decays):
             decay = -lr * weight_decay * p if decays and weight_decay else jnp.zeros_like(p)

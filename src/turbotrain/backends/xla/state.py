@@ -80,5 +80,8 @@ def write_back(model: nn.Module, optimizer, params: dict, count, mu: dict, nu: d
             param = named[name]
             param.copy_(to_torch(value).to(param.dtype))
             if optimizer is not None:
-                optimizer.state[param] = {"step": step.clone(), "exp_avg": to_torch(mu[name]).to(param.device),
-                                          "exp_avg_sq": to_torch(nu[name]).to(param.device)}
+                optimizer.state[param] = {
+                    "step": step.clone(),
+                    "exp_avg": to_torch(mu[name]).to(param.device),
+                    "exp_avg_sq": to_torch(nu[name]).to(param.device),
+                }

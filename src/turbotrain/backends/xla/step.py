@@ -33,8 +33,15 @@ from turbotrain.backends.xla.torchax_compat import import_torchax
 
 
 class CompiledStep:
-    def __init__(self, model: nn.Module, max_grad_norm: float | None, adamw: optax.GradientTransformation, mesh,
-                 sparsity=None, matmul_precision: str = "highest"):
+    def __init__(
+        self,
+        model: nn.Module,
+        max_grad_norm: float | None,
+        adamw: optax.GradientTransformation,
+        mesh,
+        sparsity=None,
+        matmul_precision: str = "highest",
+    ):
         self.model = model
         self.max_grad_norm = max_grad_norm
         self.adamw = adamw
@@ -54,7 +61,9 @@ class CompiledStep:
                 kwargs["num_items_in_batch"] = items
             rows = self.sparsity.static_rows(inputs[ROWS], inputs[KEPT]) if ROWS in inputs else contextlib.nullcontext()
             with rows:
-                outputs = torch.func.functional_call(self.model, weights, args=(), kwargs={**kwargs, "return_dict": False})
+                outputs = torch.func.functional_call(
+                    self.model, weights, args=(), kwargs={**kwargs, "return_dict": False}
+                )
             loss = outputs[0] if items is not None else outputs[0] / micro_count
             return env.t2j_iso(loss)
 

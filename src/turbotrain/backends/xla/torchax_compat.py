@@ -31,8 +31,14 @@ from torch._ops import OpOverloadPacket
 
 TESTED_TORCHAX = "0.0.13"
 # torchax imports its op tables when its first Environment is made; the shim imports them up front
-TORCHAX_MODULES = ("torchax", "torchax.ops.jaten", "torchax.ops.jc10d", "torchax.ops.jtorch",
-                   "torchax.ops.jtorchvision_nms", "torchax.decompositions")
+TORCHAX_MODULES = (
+    "torchax",
+    "torchax.ops.jaten",
+    "torchax.ops.jc10d",
+    "torchax.ops.jtorch",
+    "torchax.ops.jtorchvision_nms",
+    "torchax.decompositions",
+)
 
 
 class RemovedOverload:
