@@ -79,20 +79,28 @@ class StepClock(TrainerCallback):
         return [b - a for a, b in zip(marks, marks[1:])]
 
 
-def _common(workload: Workload, output_dir: str) -> dict:
-    on_cpu = not torch.cuda.is_available()
+def segment_arguments(output_dir: str, batch_size: int, steps: int, seed: int) -> dict:
+    """Training arguments every benchmark segment shares: `steps` optimizer steps, a log line each, no saving."""
     return dict(
         output_dir=output_dir,
-        per_device_train_batch_size=workload.batch_size,
-        max_steps=workload.warmup + workload.steps,
+        per_device_train_batch_size=batch_size,
+        max_steps=steps,
         learning_rate=1e-4,
         warmup_steps=0,
         logging_steps=1,
         save_strategy="no",
         report_to="none",
         disable_tqdm=True,
-        seed=workload.seed,
+        seed=seed,
         dataloader_num_workers=0,
+    )
+
+
+def _common(workload: Workload, output_dir: str) -> dict:
+    on_cpu = not torch.cuda.is_available()
+    steps = workload.warmup + workload.steps
+    return dict(
+        **segment_arguments(output_dir, workload.batch_size, steps, workload.seed),
         bf16=workload.bf16,
         use_cpu=on_cpu and workload.bf16,
     )

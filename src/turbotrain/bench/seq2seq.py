@@ -38,7 +38,7 @@ from transformers import (
 
 from turbotrain.args import turbo_arguments
 from turbotrain.bench.memory import PeakMemory
-from turbotrain.bench.peers import timed_train
+from turbotrain.bench.peers import segment_arguments, timed_train
 from turbotrain.bench.report import environment
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.trainer import turbo
@@ -153,19 +153,7 @@ def build_data(bench: Seq2SeqBench, corpus, tokenizer):
 
 
 def build_trainer(peer: str, bench: Seq2SeqBench, model, dataset, collator, output_dir: str):
-    common = dict(
-        output_dir=output_dir,
-        per_device_train_batch_size=bench.batch_size,
-        learning_rate=1e-4,
-        max_steps=bench.warmup + bench.steps,
-        warmup_steps=0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        disable_tqdm=True,
-        seed=bench.seed,
-        dataloader_num_workers=0,
-    )
+    common = segment_arguments(output_dir, bench.batch_size, bench.warmup + bench.steps, bench.seed)
     model = copy.deepcopy(model)
     if peer == "stock":
         return Seq2SeqTrainer(
