@@ -122,6 +122,15 @@ def decoder_input_ids(model: nn.Module, labels: torch.Tensor) -> torch.Tensor:
     return built
 
 
+def decoder_length_limit(model: nn.Module) -> int | None:
+    """The longest labels [B, T] the seq2seq `model` accepts (Whisper's `max_target_positions`), or None.
+
+    The stock forward refuses longer labels with its own error; a pass that reshapes the labels must let
+    that error through rather than hide it."""
+    limit = getattr(unwrap(model).config, "max_target_positions", None)
+    return limit if isinstance(limit, int) else None
+
+
 def is_language_model(model: nn.Module) -> bool:
     """A model with a vocabulary head: masked, causal or sequence-to-sequence LM."""
     return task_of(model) in (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM)

@@ -71,13 +71,15 @@ def test_unequal_row_weights_on_a_trainable_head_raise():
 
 
 def test_unequal_row_weights_on_a_frozen_head_are_exact():
-    h = torch.randn(4, 8, requires_grad=True)
-    weight = torch.randn(VOCAB, 8)
+    generator = torch.Generator().manual_seed(0)
+    h = torch.randn(4, 8, generator=generator).requires_grad_()
+    weight = torch.randn(VOCAB, 8, generator=generator)
     targets, weights = torch.arange(4), torch.arange(1.0, 5.0)
     (linear_cross_entropy(h, weight, None, targets) * weights).sum().backward()
     expected, h.grad = h.grad, None
     (F.cross_entropy(h @ weight.T, targets, reduction="none") * weights).sum().backward()
-    torch.testing.assert_close(expected, h.grad, rtol=1e-5, atol=1e-7)
+    # atol at 1e-6 of gradients of order 1: the two sum a row's logits in different orders
+    torch.testing.assert_close(expected, h.grad, rtol=1e-5, atol=1e-6)
 
 
 def assert_same(stock, chunked, rtol=1e-5):

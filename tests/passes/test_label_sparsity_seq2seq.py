@@ -90,3 +90,14 @@ def test_a_users_subclass_of_whisper_gets_its_decoder_inputs_built():
     assert optimize(sparse, padding_free=False).label_sparsity is not None
     inputs = batch("whisper", 2, 0, [9, 4], keep=0.7, seed=11)
     assert_same(loss_and_grads(stock, inputs), loss_and_grads(sparse, inputs), rtol=1e-5, atol=1e-6)
+
+
+def test_labels_longer_than_whisper_accepts_raise_stocks_error():
+    """Whisper refuses labels longer than max_target_positions; the sparse [K, 1] labels would slip past
+    that check, so the pass steps aside and the stock error is what the user sees."""
+    stock, sparse = stock_and_sparse("whisper")
+    limit = stock.config.max_target_positions
+    inputs = batch("whisper", 2, 0, [limit + 3, 5], keep=0.5, seed=3)
+    for model in (stock, sparse):
+        with pytest.raises(ValueError, match="cannot exceed the maximum allowed length"):
+            model(**inputs)

@@ -8,7 +8,9 @@ Workloads (models built from configs, data made here, nothing downloaded):
 * `bart`: a BART-shaped model (vocabulary 50,265): source a corpus paragraph (<= `source_len` tokens),
   target its first sentence (<= `target_len` tokens), batched by `DataCollatorForSeq2Seq` (labels padded
   with -100).
-Peers: `stock` (`Seq2SeqTrainer`), `turbo` (`turbo(Seq2SeqTrainer)` on `backend`), `turbo:<backend>`.
+Peers: `stock` (`Seq2SeqTrainer`), `turbo` (`turbo(Seq2SeqTrainer)` on `backend`), `turbo:<backend>`,
+`turbo:<backend>:key=value` (backend options, e.g. `turbo:inductor:scope=blocks`); `bf16` runs every peer
+under bf16 autocast.
 Every peer trains `warmup + steps` steps from the same weights on the same batches, peers interleaved
 per round (A B C A B C ...). Reported per peer: median step seconds and its ratio to stock (end to end:
 loading, collation, forward, backward, optimizer), label tokens/s and examples/s (medians over measured
@@ -38,7 +40,7 @@ from transformers import (
 
 from turbotrain.args import turbo_arguments
 from turbotrain.bench.memory import PeakMemory
-from turbotrain.bench.peers import segment_arguments, timed_train
+from turbotrain.bench.peers import peer_backend, segment_arguments, timed_train
 from turbotrain.bench.report import environment
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.trainer import turbo
@@ -58,6 +60,7 @@ class Seq2SeqBench:
     source_len: int = 128
     target_len: int = 64
     freeze_encoder: bool = False
+    bf16: bool = False
     peers: tuple[str, ...] = ("stock", "turbo")
     backend: str = "eager"
     rounds: int = 3
@@ -154,13 +157,14 @@ def build_data(bench: Seq2SeqBench, corpus, tokenizer):
 
 def build_trainer(peer: str, bench: Seq2SeqBench, model, dataset, collator, output_dir: str):
     common = segment_arguments(output_dir, bench.batch_size, bench.warmup + bench.steps, bench.seed)
+    common.update(bf16=bench.bf16, use_cpu=bench.bf16 and not torch.cuda.is_available())
     model = copy.deepcopy(model)
     if peer == "stock":
         return Seq2SeqTrainer(
             model=model, args=Seq2SeqTrainingArguments(**common), train_dataset=dataset, data_collator=collator
         )
-    backend = peer.split(":", 1)[1] if ":" in peer else bench.backend
-    args = turbo_arguments(Seq2SeqTrainingArguments)(backend=backend, **common)
+    backend, options = peer_backend(peer, bench.backend)
+    args = turbo_arguments(Seq2SeqTrainingArguments)(backend=backend, backend_options=options, **common)
     return turbo(Seq2SeqTrainer)(model=model, args=args, train_dataset=dataset, data_collator=collator)
 
 

@@ -54,6 +54,7 @@ from torch import nn
 from turbotrain.modeling import (
     IGNORE_INDEX,
     decoder_input_ids,
+    decoder_length_limit,
     is_causal_lm,
     is_language_model,
     is_seq2seq_lm,
@@ -130,6 +131,14 @@ def kept_rows(labels: torch.Tensor, causal: bool, padded_count: int) -> tuple[to
     return padded_rows, kept
 
 
+# The rows each installed pass chose for the call in progress, by pass. A module global, not an attribute
+# of the pass: the head's hook is reached through the head module (often a builtin nn.Linear), and Dynamo
+# treats every tensor reached through a builtin module as static-shaped, so a kept-row count read from the
+# pass would be a constant to a compiled model, which then recompiled on every step (measured on Whisper
+# and GPT-2 with varied label lengths: a recompile per step). Read from here, it is a dynamic-shaped input.
+_ROWS_IN_USE: dict[int, torch.Tensor] = {}
+
+
 class LabelSparsity(HookedPass):
     """The installed pass: hooks on the model and its head, removable with `remove()`."""
 
@@ -137,7 +146,7 @@ class LabelSparsity(HookedPass):
         super().__init__()
         self.model = model
         self.head = head
-        self._rows: torch.Tensor | None = None
+        self._key = id(self)
         self._expected_rows = 0
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -175,13 +184,13 @@ class LabelSparsity(HookedPass):
         fused = fused_head_calls.is_fused_call(kwargs)  # TRL's fused LM head: answered by the chunked head
         if fused and not fused_head_calls.can_compose(kwargs, self.fused_loss):
             return None
-        if "shift_labels" in kwargs:
+        if "shift_labels" in kwargs or self._longer_than_decoder_accepts(labels):
             return None
         if self._given is not None:
             rows, kept = self._given
         else:
             rows, kept = labelled_rows(labels, self.head.causal)
-        self._rows, self._expected_rows = rows, labels.numel()
+        _ROWS_IN_USE[self._key], self._expected_rows = rows, labels.numel()
         if fused:
             targets = shifted_targets(labels, self.head.causal)
             return args, self.fused_loss.take(kwargs, kept, fused=(rows, targets))
@@ -194,6 +203,12 @@ class LabelSparsity(HookedPass):
             kwargs.update(self._decoder_inputs(labels, kwargs), labels=kept.unsqueeze(1))  # [K] -> [K, 1]
         return args, kwargs
 
+    def _longer_than_decoder_accepts(self, labels: torch.Tensor) -> bool:
+        """Labels the stock seq2seq forward refuses: step aside so its own error is raised (the sparse [K, 1]
+        labels would pass its length check and fail later, less clearly)."""
+        limit = self.head.seq2seq and decoder_length_limit(self.model)
+        return bool(limit) and labels.shape[1] > limit
+
     def _decoder_inputs(self, labels: torch.Tensor, kwargs: dict) -> dict:
         """The decoder_input_ids the model would have built from the full labels [B, T] (none if given)."""
         if kwargs.get("decoder_input_ids") is not None or kwargs.get("decoder_inputs_embeds") is not None:
@@ -201,7 +216,7 @@ class LabelSparsity(HookedPass):
         return {"decoder_input_ids": decoder_input_ids(self.model, labels)}
 
     def _gather_rows(self, module, args):
-        rows = self._rows
+        rows = _ROWS_IN_USE.get(self._key)
         if rows is None:
             return None
         hidden = args[0]
@@ -219,7 +234,7 @@ class LabelSparsity(HookedPass):
         return (gathered, *args[1:])
 
     def _clear_rows(self, module, args, output):
-        self._rows = None
+        _ROWS_IN_USE.pop(self._key, None)
         if self.fused_loss is not None and self.fused_loss.call is not None:
             return self.fused_loss.finish(output)
         return None
