@@ -27,3 +27,5 @@ def test_bart_workload_reports_ratios_and_equal_losses(tmp_path):
     assert turbo["max_rel_loss_diff"] <= 1e-5 and 0 < result["label_padding_share"] < 1
     assert json.loads((tmp_path / "seq2seq.json").read_text())["bench"]["workload"] == "bart"
     assert "| turbo |" in (tmp_path / "seq2seq.md").read_text()
+    share = result["head_share"]
+    assert 0 < share["head_sparse_ms"] and 0 < share["share"] < 1 and share["bound_sparse"] >= 0.5

@@ -15,7 +15,8 @@ Every peer trains `warmup + steps` steps from the same weights on the same batch
 per round (A B C A B C ...). Reported per peer: median step seconds and its ratio to stock (end to end:
 loading, collation, forward, backward, optimizer), label tokens/s and examples/s (medians over measured
 steps), first-step seconds (compilation lands there), peak memory (memory.py) and the largest loss
-difference from stock at the same step.
+difference from stock at the same step. Then `head_share.py` times the stock step against its head on the
+same batches: the most label sparsity can give on the workload.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from transformers import (
 )
 
 from turbotrain.args import turbo_arguments
+from turbotrain.bench.head_share import measure_head_share
 from turbotrain.bench.memory import PeakMemory
 from turbotrain.bench.peers import peer_backend, segment_arguments, timed_train
 from turbotrain.bench.report import environment
@@ -244,13 +246,18 @@ def run_seq2seq_bench(bench: Seq2SeqBench, out_dir: str = "bench-seq2seq") -> di
         for peer in bench.peers:
             run_segment(peer, bench, model, dataset, collator, runs[peer], memory)
     sample = LabelCounter(collator)
-    for start in range(0, min(len(dataset), 8 * bench.batch_size), bench.batch_size):
+    batches = [
         sample([dataset[i] for i in range(start, start + bench.batch_size)])
+        for start in range(0, min(len(dataset), 8 * bench.batch_size), bench.batch_size)
+    ]
     result = summarize(bench, runs, 1 - sum(sample.kept) / sum(sample.slots))
+    share = measure_head_share(copy.deepcopy(model), batches[:4], rounds=2, bf16=bench.bf16)
+    result["head_share"] = {**asdict(share), "share": share.share, "bound_sparse": share.bound_sparse}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "seq2seq.json").write_text(json.dumps(result, indent=2, default=str))
-    (out / "seq2seq.md").write_text(markdown_rows(result) + "\n")
+    (out / "seq2seq.md").write_text(markdown_rows(result) + f"\n\n{share}\n")
     print(json.dumps(result["bench"]), f"\nlabel padding share {result['label_padding_share']:.2f}\n")
     print(markdown_rows(result))
+    print(f"\n{share}")
     return result
