@@ -67,3 +67,12 @@ def test_fp32_cpu_run_logs_the_bf16_line_at_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         turbo_trainer("roberta", tmp_path, max_steps=1)
     assert any("bf16" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_summary_says_when_auto_chunked_cross_entropy_is_used(tmp_path):
+    from tests.tiny_models import llm
+
+    auto = turbo_trainer("llama", tmp_path, model=llm(vocab=50_000))
+    assert "chunked_ce (auto: calls with more than 335 kept rows (64 MB of logits))" in auto.turbo_summary()
+    always = turbo_trainer("llama", tmp_path, model=llm(vocab=50_000), chunked_cross_entropy="always")
+    assert "passes: label_sparsity, chunked_ce," in always.turbo_summary()

@@ -193,6 +193,11 @@ class ChunkedHead:
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
+    @property
+    def auto_rule(self) -> str:
+        """When "auto" takes a call over, in words (for the run's summary line)."""
+        return f"auto: calls with more than {AUTO_BYTES // (4 * self.vocab):,} kept rows ({AUTO_BYTES // 2**20} MB of logits)"
+
     def wants(self, kept_rows: int) -> bool:
         return self.mode == "always" or (self.mode == "auto" and kept_rows * self.vocab * 4 > AUTO_BYTES)
 
