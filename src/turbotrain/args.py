@@ -19,7 +19,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 import torch
-from transformers import TrainingArguments
+from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.backends.registry import options_class_for
@@ -229,3 +229,6 @@ def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingAr
         made = type(f"Turbo{arguments_class.__name__}", (TurboArgumentsMixin, arguments_class), namespace)
         _ARGUMENT_CLASSES[arguments_class] = _with_turbo_fields(made)
     return _ARGUMENT_CLASSES[arguments_class]
+
+
+TurboSeq2SeqTrainingArguments = turbo_arguments(Seq2SeqTrainingArguments)  # was: Seq2SeqTrainingArguments
