@@ -67,3 +67,13 @@ def test_fp32_cpu_run_logs_the_bf16_line_at_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         turbo_trainer("roberta", tmp_path, max_steps=1)
     assert any("bf16" in r.getMessage() and r.levelno == logging.WARNING for r in caplog.records)
+
+
+def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
+    # run_glue.py's summary said "label_sparsity (refused for this model: see the warning above)" with no
+    # warning anywhere: a classifier has no vocabulary head, nothing to gain and nothing to refuse.
+    from tests.tiny_models import make
+
+    trainer = turbo_trainer("roberta", tmp_path, model=make("roberta", task="cls"), max_steps=1)
+    assert trainer.turbo_report.label_sparsity is None
+    assert "label_sparsity" not in trainer.turbo_summary()
