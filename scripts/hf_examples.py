@@ -529,8 +529,14 @@ def main(argv: list[str] | None = None) -> int:
         "TRANSFORMERS_OFFLINE": "1",
         "HF_DATASETS_CACHE": str(w / "datasets-cache"),
         "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(shims), os.environ.get("PYTHONPATH")])),
+        # absolute: each script runs in its own folder, where a relative PYTHONPATH=src would find nothing
+        # and the swapped run would silently import another turbotrain
+        "PYTHONPATH": os.pathsep.join(
+            os.path.abspath(p) for p in [str(shims), *os.environ.get("PYTHONPATH", "").split(os.pathsep)] if p
+        ),
     }
+    probe = [sys.executable, "-c", "import turbotrain; print(turbotrain.__file__)"]
+    print("swapped runs import", subprocess.run(probe, env=env, cwd=w, capture_output=True, text=True).stdout.strip())
     trl_dir = args.trl_scripts_dir
     if trl_dir is None:
         import importlib.util
