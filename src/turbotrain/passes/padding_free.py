@@ -169,8 +169,9 @@ def apply_padding_free(model: nn.Module, check: bool = True, multiple_of: int = 
     rate = modeling.dropout_rate(model)
     if rate > 0:  # exact without dropout only (contract above): say so where a user compares with stock
         warn_once(
-            f"turbotrain: padding-free packs {name}'s training batches and its dropout is on (p={rate:g}): "
-            "dropout draws other masks on packed rows, so the losses follow stock's in distribution, not step "
-            "by step. For stock's numbers set padding_free=False (or dropout 0)."
+            f"turbotrain: padding-free packs {name}'s padded training batches and its dropout is on (p={rate:g}): "
+            "dropout draws other masks on packed rows, so losses of padded data follow stock's in distribution, "
+            "not step by step (unpadded blocks are not packed). For stock's numbers set padding_free=False "
+            "(or dropout 0)."
         )
     return installed
