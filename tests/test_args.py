@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from dataclasses import dataclass
+
 import pytest
 from transformers import TrainingArguments
 
@@ -54,3 +58,34 @@ def test_max_tokens_per_batch_must_be_a_positive_int(tmp_path, value):
 )
 def test_max_tokens_per_batch_accepts_an_int(tmp_path):
     assert make_args(tmp_path, max_tokens_per_batch=512).max_tokens_per_batch == 512
+
+
+@dataclass
+class ScriptArguments(TrainingArguments):
+    """A user's arguments class, as a script defines one (TRL's SFTConfig is one too)."""
+
+    extra_flag: int = 3
+
+
+def test_turbo_arguments_of_any_class_survive_a_checkpoint_save_and_a_fresh_process_load(tmp_path):
+    # Trainer writes training_args.bin with torch.save at every checkpoint; TRL's sft.py with TurboSFTConfig
+    # crashed there: the made class was pickled by a name no module holds.
+    from tests.tiny_models import make
+    from tests.trainer_helpers import COMMON, dataset
+    from turbotrain import turbo_arguments
+    from turbotrain.trainer import TurboTrainer
+
+    args = turbo_arguments(ScriptArguments)(
+        output_dir=str(tmp_path),
+        **{**COMMON, "max_steps": 2, "save_strategy": "steps", "save_steps": 2},
+        label_sparsity=False,
+        extra_flag=7,
+    )
+    TurboTrainer(model=make("roberta"), args=args, train_dataset=dataset()).train()
+    saved = tmp_path / "checkpoint-2" / "training_args.bin"
+    code = (
+        f"import torch; a = torch.load({str(saved)!r}, weights_only=False); "
+        "print(type(a).__name__, a.extra_flag, a.label_sparsity, a.max_steps)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["TurboScriptArguments", "7", "False", "2"]

@@ -76,3 +76,13 @@ def test_summary_says_when_auto_chunked_cross_entropy_is_used(tmp_path):
     assert "chunked_ce (auto: calls with more than 335 kept rows (64 MB of logits))" in auto.turbo_summary()
     always = turbo_trainer("llama", tmp_path, model=llm(vocab=50_000), chunked_cross_entropy="always")
     assert "passes: label_sparsity, chunked_ce," in always.turbo_summary()
+
+
+def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
+    # run_glue.py's summary said "label_sparsity (refused for this model: see the warning above)" with no
+    # warning anywhere: a classifier has no vocabulary head, nothing to gain and nothing to refuse.
+    from tests.tiny_models import make
+
+    trainer = turbo_trainer("roberta", tmp_path, model=make("roberta", task="cls"), max_steps=1)
+    assert trainer.turbo_report.label_sparsity is None
+    assert "label_sparsity" not in trainer.turbo_summary()

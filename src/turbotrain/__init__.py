@@ -2,7 +2,9 @@
 
     from turbotrain import TurboTrainer, TurboTrainingArguments   # was: Trainer, TrainingArguments
 
-Any Trainer subclass gets the same: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)` arguments.
+Ready names for the common subclasses: `TurboSeq2SeqTrainer` / `TurboSeq2SeqTrainingArguments`, and
+`TurboSFTTrainer` / `TurboSFTConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
+`turbo(MyTrainer)` and `turbo_arguments(MyArguments)`.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
 `compile(module, backend=...)` puts any module's training step (a diffusers UNet...) on a backend;
 `export_onnx` and `export_training_artifacts` export for deployment and on-device training.
@@ -19,6 +21,10 @@ _LAZY = {
     "TurboOptions": "turbotrain.args",
     "TurboTrainingArguments": "turbotrain.args",
     "TurboTrainer": "turbotrain.trainer",
+    "TurboSeq2SeqTrainingArguments": "turbotrain.args",
+    "TurboSeq2SeqTrainer": "turbotrain.trainer",
+    "TurboSFTConfig": "turbotrain.sft",  # needs trl (the llm extra): a clear ImportError otherwise
+    "TurboSFTTrainer": "turbotrain.sft",
     "turbo": "turbotrain.trainer",
     "turbo_arguments": "turbotrain.args",
     "fused_adamw": "turbotrain.passes",

@@ -19,7 +19,7 @@ import os
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 import torch
-from transformers import TrainingArguments
+from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
 from turbotrain.backends.registry import options_class_for
@@ -208,6 +208,20 @@ class TurboTrainingArguments(TurboArgumentsMixin, TrainingArguments):
 _ARGUMENT_CLASSES: dict[type, type] = {TrainingArguments: TurboTrainingArguments}
 
 
+def _rebuild_arguments(arguments_class: type, state: dict):
+    """An instance of `turbo_arguments(arguments_class)` from its pickled state, in any process."""
+    made = turbo_arguments(arguments_class)
+    arguments = made.__new__(made)
+    arguments.__dict__.update(state)
+    return arguments
+
+
+def _reduce_arguments(self):
+    """Pickle by the user's class, not by name: `turbo_arguments(SFTConfig)` lives in no module, and Trainer
+    saves `training_args.bin` with `torch.save` at every checkpoint (a class pickled by name failed there)."""
+    return _rebuild_arguments, (type(self)._turbo_base, dict(self.__dict__))
+
+
 def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingArguments]:
     """`arguments_class` (TRL's `SFTConfig`, `Seq2SeqTrainingArguments`, ...) with turbotrain's options added.
 
@@ -225,7 +239,12 @@ def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingAr
             "__module__": __name__,
             "__qualname__": f"Turbo{arguments_class.__name__}",
             "__doc__": f"`{arguments_class.__name__}` with turbotrain's options (see `TurboOptions`).",
+            "_turbo_base": arguments_class,
+            "__reduce__": _reduce_arguments,
         }
         made = type(f"Turbo{arguments_class.__name__}", (TurboArgumentsMixin, arguments_class), namespace)
         _ARGUMENT_CLASSES[arguments_class] = _with_turbo_fields(made)
     return _ARGUMENT_CLASSES[arguments_class]
+
+
+TurboSeq2SeqTrainingArguments = turbo_arguments(Seq2SeqTrainingArguments)  # was: Seq2SeqTrainingArguments

@@ -136,6 +136,18 @@ def is_language_model(model: nn.Module) -> bool:
     return task_of(model) in (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM)
 
 
+def dropout_rate(model: nn.Module) -> float:
+    """The largest dropout probability the model trains with: its `nn.Dropout` modules, and float attributes
+    named like dropout on its modules (attention dropout is often a functional argument, SDPA's `dropout_p`,
+    kept as a float on the attention module). Config fields no module reads (GPT-2's summary dropout) don't count."""
+    rates = []
+    for module in model.modules():
+        if isinstance(module, nn.modules.dropout._DropoutNd):
+            rates.append(module.p)
+        rates += [v for k, v in vars(module).items() if "dropout" in k and isinstance(v, float)]
+    return max(rates, default=0.0)
+
+
 def has_causal_attention(model: nn.Module) -> bool:
     """True when the model's attention layers are causal (their `is_causal` flag), whatever its head."""
     inner = unwrap(model)

@@ -40,7 +40,7 @@ import contextlib
 import logging
 
 from torch import nn
-from transformers import Trainer
+from transformers import Seq2SeqTrainer, Trainer
 
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
@@ -218,3 +218,6 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]
+
+
+TurboSeq2SeqTrainer = turbo(Seq2SeqTrainer)  # was: Seq2SeqTrainer (with TurboSeq2SeqTrainingArguments)

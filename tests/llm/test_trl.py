@@ -104,3 +104,22 @@ def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
     assert "chunked_ce" in trainer.turbo_report.applied
     _, stock_logs = sft_history(tmp_path, False, steps=3, **trl_option)
     assert_same_history(turbo_logs, stock_logs)
+
+
+def test_sft_script_pattern_ready_names_save_checkpoints_and_the_stock_losses(tmp_path):
+    # TRL's sft.py with the names swapped (TurboSFTConfig, TurboSFTTrainer) and a checkpoint save: the save of
+    # training_args.bin crashed (the made config class could not be pickled by name).
+    from turbotrain import TurboSFTConfig, TurboSFTTrainer
+
+    args = TurboSFTConfig(
+        output_dir=str(tmp_path / "turbo"), **{**COMMON, "save_strategy": "steps", "save_steps": 5}, use_cpu=True
+    )
+    trainer = TurboSFTTrainer(
+        model=decoder(), args=args, train_dataset=prompt_completion_rows(), processing_class=tokenizer()
+    )
+    trainer.train()
+    trainer.save_model(args.output_dir)
+    assert (tmp_path / "turbo" / "checkpoint-10" / "training_args.bin").exists()
+    turbo_logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    _, stock_logs = sft_history(tmp_path, False)
+    assert_same_history(turbo_logs, stock_logs)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
+from turbotrain.modeling import is_language_model
 from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
 from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
 from turbotrain.passes.fused_activation import FusedActivation, apply_fused_activation, has_tanh_gelu
@@ -75,7 +76,7 @@ def optimize(
     report = OptimizeReport(model_name=type(model).__name__)
     if label_sparsity:
         report.label_sparsity = apply_label_sparsity(model, check=self_check)
-        if report.label_sparsity is None:
+        if report.label_sparsity is None and is_language_model(model):  # a classifier: nothing to refuse
             report.skipped.append("label_sparsity")
         report.chunked_ce = apply_chunked_ce(model, report.label_sparsity, chunked_cross_entropy, check=self_check)
     if padding_free:

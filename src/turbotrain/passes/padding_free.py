@@ -15,7 +15,8 @@ base model's output), so the classifier sees the N pooled rows the padded batch 
 
 Exact: same loss and gradients as the padded batch up to float summation order (fp32 ~1e-6) in
 eval mode or without dropout. With dropout the packed tensors have other shapes than the padded
-ones, so dropout draws other masks: the same distribution, not the same numbers step by step.
+ones, so dropout draws other masks: the same distribution, not the same numbers step by step (one
+warning at install says so: run_glue.py and TRL's sft.py with default dropout differ from stock by ~1e-2).
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
@@ -165,4 +166,12 @@ def apply_padding_free(model: nn.Module, check: bool = True, multiple_of: int = 
             installed.remove()
         warn_once(f"turbotrain: padding-free left {name} padded: {problem}.")
         return None
+    rate = modeling.dropout_rate(model)
+    if rate > 0:  # exact without dropout only (contract above): say so where a user compares with stock
+        warn_once(
+            f"turbotrain: padding-free packs {name}'s padded training batches and its dropout is on (p={rate:g}): "
+            "dropout draws other masks on packed rows, so losses of padded data follow stock's in distribution, "
+            "not step by step (unpadded blocks are not packed). For stock's numbers set padding_free=False "
+            "(or dropout 0)."
+        )
     return installed
