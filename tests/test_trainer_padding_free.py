@@ -16,8 +16,8 @@ from tests.trainer_helpers import (
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 
-def run(trainer_class, args_class, family, task, tmp_path, **overrides):
-    model = make(family, task=task, dropout=False)
+def run(trainer_class, args_class, family, task, tmp_path, dropout=False, **overrides):
+    model = make(family, task=task, dropout=dropout)
     args = args_class(output_dir=str(tmp_path / trainer_class.__name__), **{**COMMON, **overrides})
     return trainer_class(
         model=model,
@@ -58,3 +58,22 @@ def test_padding_free_can_be_turned_off(tmp_path):
     trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, padding_free=False)
     assert "padding_free" not in trainer.turbo_report.applied
     assert next(iter(trainer.get_train_dataloader()))["attention_mask"].dim() == 2
+
+
+@pytest.mark.parametrize("family,task", [("roberta", "lm"), ("bert", "cls")])
+def test_with_dropout_batches_stay_padded_and_losses_equal_stock(family, task, tmp_path, caplog):
+    """Packed rows would draw other dropout masks: by default a model with dropout trains padded, exactly as
+    stock (as a stock script with default dropout expects), with a warning naming the opt-in."""
+    stock = train_losses(run(Trainer, TrainingArguments, family, task, tmp_path, dropout=True))
+    turbo = run(TurboTrainer, TurboTrainingArguments, family, task, tmp_path, dropout=True)
+    assert "padding_free" not in turbo.turbo_report.applied
+    assert "padding_free (refused for this model" in turbo.turbo_summary()
+    assert_losses_close(train_losses(turbo), stock, rtol=1e-5)
+
+
+def test_padding_free_with_dropout_packs_when_asked(tmp_path):
+    trainer = run(
+        TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, dropout=True, padding_free_with_dropout=True
+    )
+    assert "padding_free" in trainer.turbo_report.applied
+    assert next(iter(trainer.get_train_dataloader()))["attention_mask"].dim() == 4

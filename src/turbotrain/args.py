@@ -28,7 +28,14 @@ from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
 OFF_VALUES = {"chunked_cross_entropy": "never"}  # what "off" is for the options that are not plain switches
-SWITCHES = ("label_sparsity", "fused_optimizer", "padding_free", "embedding_grad", "fused_activation")
+SWITCHES = (
+    "label_sparsity",
+    "fused_optimizer",
+    "padding_free",
+    "padding_free_with_dropout",
+    "embedding_grad",
+    "fused_activation",
+)
 
 
 def _help(text: str) -> dict:
@@ -71,6 +78,13 @@ class TurboOptions:
         metadata=_help(
             "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
             "the collator pads (exact without dropout; passes/padding_free.py)."
+        ),
+    )
+    padding_free_with_dropout: bool = field(
+        default=False,
+        metadata=_help(
+            "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw other "
+            "dropout masks than the padded batch, so losses follow stock's in distribution, not step by step."
         ),
     )
     embedding_grad: bool = field(

@@ -113,15 +113,16 @@ def test_plan_rows_first_fit_decreasing(lengths, capacity, expected):
 
 
 @pytest.mark.parametrize("task", ["lm", "cls", "tok"])
-def test_dropout_on_is_said_once_at_install_and_dropout_off_is_silent(task, monkeypatch):
+def test_dropout_on_is_refused_unless_asked_and_dropout_off_is_silent(task, monkeypatch):
     # run_glue.py, run_ner.py and TRL's sft.py with the configs' default dropout gave losses ~1e-2 from stock
-    # with no word: packed rows draw other dropout masks. The pass still installs (same distribution), and says so.
+    # with no word: packed rows draw other dropout masks. So dropout on means padded batches, unless asked.
     import turbotrain.utils.warnings as turbo_warnings
     from turbotrain.passes.padding_free import apply_padding_free
 
     monkeypatch.setattr(turbo_warnings, "_already_warned", set())
-    with pytest.warns(TurbotrainWarning, match=r"dropout is on \(p=0\.1\).*padding_free=False"):
-        assert apply_padding_free(make("roberta", task=task)) is not None
+    with pytest.warns(TurbotrainWarning, match=r"dropout \(p=0\.1\).*padding_free_with_dropout=True"):
+        assert apply_padding_free(make("roberta", task=task)) is None
     with warnings.catch_warnings():
         warnings.simplefilter("error", TurbotrainWarning)
+        assert apply_padding_free(make("roberta", task=task), with_dropout=True) is not None
         assert apply_padding_free(make("roberta", task=task, dropout=False)) is not None

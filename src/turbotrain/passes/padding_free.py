@@ -13,10 +13,12 @@ Sequence classification pools one output per sequence: a hook gathers each seque
 [R, C, H] -> [N, 1, H], where the model pools (the base model's `pooler` input if it has one, else the
 base model's output), so the classifier sees the N pooled rows the padded batch would give.
 
-Exact: same loss and gradients as the padded batch up to float summation order (fp32 ~1e-6) in
-eval mode or without dropout. With dropout the packed tensors have other shapes than the padded
-ones, so dropout draws other masks: the same distribution, not the same numbers step by step (one
-warning at install says so: run_glue.py and TRL's sft.py with default dropout differ from stock by ~1e-2).
+Exact: same loss and gradients as the padded batch up to float summation order (fp32 ~1e-6), for a
+model without dropout. With dropout the packed tensors have other shapes than the padded ones, so
+dropout would draw other masks: the same distribution, not the same numbers step by step (run_glue.py
+and TRL's sft.py with default dropout differed from stock by ~1e-2). So a model that trains with
+dropout is refused (one warning naming the option) unless `with_dropout=True`
+(`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
@@ -30,6 +32,8 @@ it); token classification keeps every label where it is, on decoders (GPT-2, Lla
 
 from __future__ import annotations
 
+import logging
+
 import torch
 from torch import nn
 
@@ -38,6 +42,8 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
+
+logger = logging.getLogger("turbotrain")
 
 PER_TOKEN_TASKS = (modeling.MASKED_LM, modeling.CAUSAL_LM, modeling.TOKEN_CLASSIFICATION)
 MASKED_ATTENTION = {"sdpa", "eager"}
@@ -149,14 +155,18 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
     return None
 
 
-def apply_padding_free(model: nn.Module, check: bool = True, multiple_of: int = 8) -> PaddingFree | None:
-    """Install padding-free training on `model`; return the pass, or None (with one warning)."""
+def apply_padding_free(
+    model: nn.Module, check: bool = True, multiple_of: int = 8, with_dropout: bool = False
+) -> PaddingFree | None:
+    """Install padding-free training on `model`; return the pass, or None (with one warning).
+
+    A model that trains with dropout is refused unless `with_dropout` (packed rows draw other masks)."""
     name = type(model).__name__
     if not hasattr(model, "config") or not hasattr(model, "base_model"):
         warn_once(f"turbotrain: padding-free left {name} padded: it is not a Transformers model.")
         return None
     task, spec = _task(model), packing_spec(model, multiple_of)
-    problem = _refusal(model, task, spec)
+    problem = _refusal(model, task, spec) or (None if with_dropout else _dropout_refusal(model))
     installed = None
     if problem is None:
         installed = PaddingFree(model, spec, pools=task == "sequence_classification")
@@ -167,11 +177,22 @@ def apply_padding_free(model: nn.Module, check: bool = True, multiple_of: int = 
         warn_once(f"turbotrain: padding-free left {name} padded: {problem}.")
         return None
     rate = modeling.dropout_rate(model)
-    if rate > 0:  # exact without dropout only (contract above): say so where a user compares with stock
-        warn_once(
-            f"turbotrain: padding-free packs {name}'s padded training batches and its dropout is on (p={rate:g}): "
-            "dropout draws other masks on packed rows, so losses of padded data follow stock's in distribution, "
-            "not step by step (unpadded blocks are not packed). For stock's numbers set padding_free=False "
-            "(or dropout 0)."
+    if rate > 0:  # asked for with dropout on: say once what that means
+        logger.info(
+            "turbotrain: padding-free packs %s's padded batches with dropout on (p=%g), as asked: packed rows draw "
+            "other dropout masks, so losses follow stock's in distribution, not step by step",
+            name,
+            rate,
         )
     return installed
+
+
+def _dropout_refusal(model: nn.Module) -> str | None:
+    rate = modeling.dropout_rate(model)
+    if rate == 0:
+        return None
+    return (
+        f"it trains with dropout (p={rate:g}), and packed rows would draw other dropout masks than the padded "
+        "batch, so losses would differ from stock step by step; padding_free_with_dropout=True packs anyway "
+        "(the same dropout distribution, the speed of packing)"
+    )
