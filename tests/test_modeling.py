@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertForTokenClassification, T5Config, T5ForConditionalGeneration
+from transformers import BertConfig, BertForTokenClassification, BertLMHeadModel, T5Config, T5ForConditionalGeneration
 
 from tests.tiny_models import CAUSAL, FAMILIES, NUM_LABELS, VOCAB, make
 from turbotrain import modeling
@@ -19,6 +19,18 @@ def test_language_models_and_classifiers(family):
     assert modeling.task_of(make(family, task="cls")) == modeling.SEQUENCE_CLASSIFICATION
     assert modeling.is_causal_lm(make(family)) == (family in CAUSAL)
     assert modeling.has_causal_attention(make(family, task="cls")) == (family in CAUSAL)
+
+
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_an_encoders_causal_lm_head_attends_as_its_config_says(is_decoder):
+    # BertLMHeadModel without is_decoder: Transformers warns and attends both ways; its loss still shifts
+    # (was: packed with a causal mask, the architecture sweep's bert/roberta causal-lm gradients 0.4 off)
+    config = BertConfig(
+        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, is_decoder=is_decoder
+    )
+    model = BertLMHeadModel(config)
+    assert modeling.is_causal_lm(model)
+    assert modeling.has_causal_attention(model) == is_decoder
 
 
 def test_a_users_subclass_keeps_its_parents_task():

@@ -11,7 +11,8 @@ is taught here once.
   (`MODEL_FOR_*_MAPPING_NAMES`), for the model's class or any class it derives from (a user's
   subclass), then by the class-name suffix (`...ForMaskedLM`) for models outside the mappings.
 * `is_causal_lm(model)`: the label shift Trainer's loss makes (causal-LM mapping); `has_causal_attention`
-  whether attention is causal whatever the head (a decoder classifier too).
+  whether attention is causal whatever the head (a decoder classifier too; not BERT's causal-LM head on a
+  config without `is_decoder`, which attends both ways).
 * `is_seq2seq_lm(model)` and `decoder_input_ids(model, labels)`: an encoder-decoder LM (T5, BART, Marian,
   Whisper) builds its `decoder_input_ids` from the full [B, T] labels when it is given none (labels
   shifted right after the decoder start token, -100 read as padding); a pass that hands the model
@@ -128,10 +129,17 @@ def is_language_model(model: nn.Module) -> bool:
 
 
 def has_causal_attention(model: nn.Module) -> bool:
-    """True when the model's attention layers are causal (their `is_causal` flag), whatever its head."""
+    """True when the model's attention layers are causal, whatever its head.
+
+    Their `is_causal` flags decide where they have them: an encoder family's causal-LM head on a config
+    without `is_decoder` (`BertLMHeadModel`, `RobertaForCausalLM`: Transformers warns and keeps attention
+    bidirectional) is not causal, though its loss still shifts the labels. Without flags: the config's
+    `is_decoder`, else the causal-LM head."""
     inner = unwrap(model)
     flags = [m.is_causal for m in inner.modules() if isinstance(getattr(m, "is_causal", None), bool)]
-    return any(flags) or bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
+    if flags:
+        return any(flags)
+    return bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
 
 
 def position_offset(model: nn.Module) -> int:
