@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertForTokenClassification, BertLMHeadModel, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    BertConfig,
+    BertForTokenClassification,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from tests.tiny_models import CAUSAL, FAMILIES, NUM_LABELS, VOCAB, make
 from turbotrain import modeling
@@ -21,14 +28,15 @@ def test_language_models_and_classifiers(family):
     assert modeling.has_causal_attention(make(family, task="cls")) == (family in CAUSAL)
 
 
+@pytest.mark.parametrize("family", ["bert", "big_bird"])  # BigBird's layers carry is_decoder, not is_causal
 @pytest.mark.parametrize("is_decoder", [False, True])
-def test_an_encoders_causal_lm_head_attends_as_its_config_says(is_decoder):
+def test_an_encoders_causal_lm_head_attends_as_its_config_says(family, is_decoder):
     # BertLMHeadModel without is_decoder: Transformers warns and attends both ways; its loss still shifts
-    # (was: packed with a causal mask, the architecture sweep's bert/roberta causal-lm gradients 0.4 off)
-    config = BertConfig(
-        vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, is_decoder=is_decoder
+    # (was: packed with a causal mask, the architecture sweep's bert and big_bird causal-lm gradients 0.4 off)
+    config = AutoConfig.for_model(
+        family, vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, is_decoder=is_decoder
     )
-    model = BertLMHeadModel(config)
+    model = AutoModelForCausalLM.from_config(config)
     assert modeling.is_causal_lm(model)
     assert modeling.has_causal_attention(model) == is_decoder
 

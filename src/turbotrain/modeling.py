@@ -131,12 +131,18 @@ def is_language_model(model: nn.Module) -> bool:
 def has_causal_attention(model: nn.Module) -> bool:
     """True when the model's attention layers are causal, whatever its head.
 
-    Their `is_causal` flags decide where they have them: an encoder family's causal-LM head on a config
-    without `is_decoder` (`BertLMHeadModel`, `RobertaForCausalLM`: Transformers warns and keeps attention
-    bidirectional) is not causal, though its loss still shifts the labels. Without flags: the config's
-    `is_decoder`, else the causal-LM head."""
+    Its layers' `is_causal` and `is_decoder` flags decide where they have them: causal if any says so, not
+    if all say no. An encoder family's causal-LM head on a config without `is_decoder` (`BertLMHeadModel`,
+    `BigBirdForCausalLM`: Transformers warns and keeps attention bidirectional) is not causal, though its
+    loss still shifts the labels. Layers without flags: the config's `is_decoder`, else the causal-LM head."""
     inner = unwrap(model)
-    flags = [m.is_causal for m in inner.modules() if isinstance(getattr(m, "is_causal", None), bool)]
+    flags = [
+        flag
+        for module in inner.modules()
+        if module is not inner
+        for flag in (getattr(module, "is_causal", None), getattr(module, "is_decoder", None))
+        if isinstance(flag, bool)
+    ]
     if flags:
         return any(flags)
     return bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
