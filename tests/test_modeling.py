@@ -98,3 +98,24 @@ def test_synthetic_batches_are_deterministic_and_leave_the_global_rng_alone():
     assert torch.rand(1).item() == before.item()
     second = modeling.synthetic_batch(model, [4, 7], seed=11)
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.mark.parametrize("model_type", ["mpt", "bloom"])
+def test_a_decoder_without_attention_flags_is_causal_whatever_its_head(model_type):
+    # MPT's and BLOOM's layers carry no is_causal flag: a forward probe says their token classifier is causal
+    # (was: taken from the head, non-causal, so packed rows would have attended ahead)
+    from scripts.architectures import build
+
+    model = build(model_type, "token-cls")
+    assert modeling.attends_ahead(model) is False
+    assert modeling.has_causal_attention(model)
+
+
+@pytest.mark.parametrize(
+    "model_type,reads", [("bert", False), ("llama", False), ("convbert", True), ("mobilebert", True)]
+)
+def test_models_whose_outputs_read_masked_positions(model_type, reads):
+    # ConvBERT's span convolution and MobileBERT's trigram embedding read neighbours outside attention
+    from scripts.architectures import build
+
+    assert modeling.reads_masked_positions(build(model_type, "token-cls")) is reads

@@ -134,7 +134,8 @@ def has_causal_attention(model: nn.Module) -> bool:
     Its layers' `is_causal` and `is_decoder` flags decide where they have them: causal if any says so, not
     if all say no. An encoder family's causal-LM head on a config without `is_decoder` (`BertLMHeadModel`,
     `BigBirdForCausalLM`: Transformers warns and keeps attention bidirectional) is not causal, though its
-    loss still shifts the labels. Layers without flags: the config's `is_decoder`, else the causal-LM head."""
+    loss still shifts the labels. Layers without flags (BLOOM, MPT: causal whatever the head) are asked
+    by `attends_ahead`; where that cannot run, the config's `is_decoder`, else the causal-LM head."""
     inner = unwrap(model)
     flags = [
         flag
@@ -145,7 +146,54 @@ def has_causal_attention(model: nn.Module) -> bool:
     ]
     if flags:
         return any(flags)
+    ahead = attends_ahead(inner)
+    if ahead is not None:
+        return not ahead
     return bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
+
+
+def _base_outputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor] | None:
+    """The base model's first output [1, T, ...] for each row of `ids` [N, T] (no grad, eval mode), or None
+    if the base model cannot be run on `input_ids` (an encoder-decoder, a model of other inputs)."""
+    inner = unwrap(model)
+    base = getattr(inner, "base_model", inner)
+    device = next(inner.parameters()).device
+    was_training = inner.training
+    inner.eval()
+    try:
+        with torch.no_grad():
+            return [
+                base(input_ids=row[None].to(device), attention_mask=mask[None].to(device))[0].float() for row in ids
+            ]
+    except Exception:
+        return None
+    finally:
+        inner.train(was_training)
+
+
+def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool((a - b).abs().max().item() > 1e-6 * a.abs().max().item())
+
+
+def attends_ahead(model: nn.Module, length: int = 6) -> bool | None:
+    """Whether the base model's first output position changes when only the last token does (one tiny
+    forward, [1, length] ids); None if the base model cannot be run on `input_ids`."""
+    vocab = vocab_size(model)
+    ids = torch.arange(4, 4 + length).repeat(2, 1) % vocab  # [2, T]: the second row's last token differs
+    ids[1, -1] = (ids[0, -1] + 1) % vocab
+    outputs = _base_outputs(model, ids, torch.ones(length, dtype=torch.long))
+    return None if outputs is None else _differ(outputs[0][:, 0], outputs[1][:, 0])
+
+
+def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) -> bool | None:
+    """Whether the base model's outputs at real tokens change with the ids at positions the attention mask
+    hides (ConvBERT's span convolutions mix neighbouring tokens outside attention); None if it cannot run."""
+    vocab = vocab_size(model)
+    ids = torch.arange(4, 4 + length + padding).repeat(2, 1) % vocab  # [2, T]: other ids under the mask
+    ids[1, length:] = (ids[0, length:] + 7) % vocab
+    mask = (torch.arange(length + padding) < length).long()
+    outputs = _base_outputs(model, ids, mask)
+    return None if outputs is None else _differ(outputs[0][:, :length], outputs[1][:, :length])
 
 
 def position_offset(model: nn.Module) -> int:

@@ -20,7 +20,10 @@ ones, so dropout draws other masks: the same distribution, not the same numbers 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
 choice: their labels are positions in the padded row), attention implementations that take no
-4-D mask (flash-attention), and any model whose self-check (padded vs packed loss on a small
+4-D mask (flash-attention), models whose outputs at real tokens change with the ids under the mask
+(`modeling.reads_masked_positions`: ConvBERT's span convolution reads its neighbours outside
+attention, so packed neighbours would change them by ~1e-5 relative, below the self-check's
+tolerance), and any model whose self-check (padded vs packed loss on a small
 synthetic batch of uneven lengths) disagrees.
 
 Only causal LMs lose each sequence's first label in the packed rows (their shifted loss never reads
@@ -145,6 +148,8 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
     implementation = hf_boundary.attention_implementation(model.config)
     if implementation not in MASKED_ATTENTION:
         return f"its attention implementation '{implementation}' takes no 4-D mask (use 'sdpa')"
+    if modeling.reads_masked_positions(model):
+        return "its outputs read tokens its attention mask hides (a convolution over the sequence), so packed neighbours would change them"
     return None
 
 
