@@ -85,7 +85,7 @@ def pairs(tasks: list[str], types: list[str] | None) -> list[tuple[str, str]]:
         for model_type in getattr(modeling_auto, TASK_MAPPINGS[task]):
             if types is None or model_type in types:
                 found.append((model_type, task))
-    rank = {name: i for i, name in enumerate(PRIORITY)}
+    rank = {name.replace("-", "_"): i for i, name in enumerate(PRIORITY)}
     return sorted(found, key=lambda pair: (rank.get(pair[0].replace("-", "_"), len(rank)), pair[0], pair[1]))
 
 
