@@ -90,6 +90,7 @@ def pairs(tasks: list[str], types: list[str] | None) -> list[tuple[str, str]]:
 
 
 def row(model_type, task, status, outcome, detail) -> str:
+    status, detail = (" ".join(text.split()).replace("|", "/") for text in (status, detail))  # one table line
     if outcome is None:
         return f"| {model_type} | {task} | {status} | | | | | {detail.replace('|', '/')} |"
     return (
