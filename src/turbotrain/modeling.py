@@ -20,6 +20,10 @@ is taught here once.
 * `output_projection`, `output_linear`, `input_embedding`: the head and the input embedding that run,
   through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
   `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
+* `attends_ahead(model)`, `reads_masked_positions(model)`: what one tiny no-grad forward of the base model
+  shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
+  or not, for layers without `is_causal` flags), and whether real tokens see the ids the attention mask
+  hides (ConvBERT's convolution, MobileBERT's trigram embedding, FNet), which padding-free cannot pack.
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
 * `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
   Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
