@@ -6,7 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
-from transformers import BertConfig, BertForTokenClassification, T5Config, T5ForConditionalGeneration
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    BertConfig,
+    BertForTokenClassification,
+    T5Config,
+    T5ForConditionalGeneration,
+)
 
 from tests.tiny_models import CAUSAL, FAMILIES, NUM_LABELS, VOCAB, make
 from turbotrain import modeling
@@ -19,6 +26,19 @@ def test_language_models_and_classifiers(family):
     assert modeling.task_of(make(family, task="cls")) == modeling.SEQUENCE_CLASSIFICATION
     assert modeling.is_causal_lm(make(family)) == (family in CAUSAL)
     assert modeling.has_causal_attention(make(family, task="cls")) == (family in CAUSAL)
+
+
+@pytest.mark.parametrize("family", ["bert", "big_bird"])  # BigBird's layers carry is_decoder, not is_causal
+@pytest.mark.parametrize("is_decoder", [False, True])
+def test_an_encoders_causal_lm_head_attends_as_its_config_says(family, is_decoder):
+    # BertLMHeadModel without is_decoder: Transformers warns and attends both ways; its loss still shifts
+    # (was: packed with a causal mask, the architecture sweep's bert and big_bird causal-lm gradients 0.4 off)
+    config = AutoConfig.for_model(
+        family, vocab_size=VOCAB, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, is_decoder=is_decoder
+    )
+    model = AutoModelForCausalLM.from_config(config)
+    assert modeling.is_causal_lm(model)
+    assert modeling.has_causal_attention(model) == is_decoder
 
 
 def test_a_users_subclass_keeps_its_parents_task():
@@ -78,3 +98,24 @@ def test_synthetic_batches_are_deterministic_and_leave_the_global_rng_alone():
     assert torch.rand(1).item() == before.item()
     second = modeling.synthetic_batch(model, [4, 7], seed=11)
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+@pytest.mark.parametrize("model_type", ["mpt", "bloom"])
+def test_a_decoder_without_attention_flags_is_causal_whatever_its_head(model_type):
+    # MPT's and BLOOM's layers carry no is_causal flag: a forward probe says their token classifier is causal
+    # (was: taken from the head, non-causal, so packed rows would have attended ahead)
+    from scripts.architectures import build
+
+    model = build(model_type, "token-cls")
+    assert modeling.attends_ahead(model) is False
+    assert modeling.has_causal_attention(model)
+
+
+@pytest.mark.parametrize(
+    "model_type,reads", [("bert", False), ("llama", False), ("convbert", True), ("mobilebert", True)]
+)
+def test_models_whose_outputs_read_masked_positions(model_type, reads):
+    # ConvBERT's span convolution and MobileBERT's trigram embedding read neighbours outside attention
+    from scripts.architectures import build
+
+    assert modeling.reads_masked_positions(build(model_type, "token-cls")) is reads

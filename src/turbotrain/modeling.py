@@ -11,7 +11,8 @@ is taught here once.
   (`MODEL_FOR_*_MAPPING_NAMES`), for the model's class or any class it derives from (a user's
   subclass), then by the class-name suffix (`...ForMaskedLM`) for models outside the mappings.
 * `is_causal_lm(model)`: the label shift Trainer's loss makes (causal-LM mapping); `has_causal_attention`
-  whether attention is causal whatever the head (a decoder classifier too).
+  whether attention is causal whatever the head (a decoder classifier too; not BERT's causal-LM head on a
+  config without `is_decoder`, which attends both ways).
 * `is_seq2seq_lm(model)` and `decoder_input_ids(model, labels)`: an encoder-decoder LM (T5, BART, Marian,
   Whisper) builds its `decoder_input_ids` from the full [B, T] labels when it is given none (labels
   shifted right after the decoder start token, -100 read as padding); a pass that hands the model
@@ -19,6 +20,10 @@ is taught here once.
 * `output_projection`, `output_linear`, `input_embedding`: the head and the input embedding that run,
   through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
   `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
+* `attends_ahead(model)`, `reads_masked_positions(model)`: what one tiny no-grad forward of the base model
+  shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
+  or not, for layers without `is_causal` flags), and whether real tokens see the ids the attention mask
+  hides (ConvBERT's convolution, MobileBERT's trigram embedding, FNet), which padding-free cannot pack.
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
 * `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
   Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
@@ -149,10 +154,71 @@ def dropout_rate(model: nn.Module) -> float:
 
 
 def has_causal_attention(model: nn.Module) -> bool:
-    """True when the model's attention layers are causal (their `is_causal` flag), whatever its head."""
+    """True when the model's attention layers are causal, whatever its head.
+
+    Its layers' `is_causal` and `is_decoder` flags decide where they have them: causal if any says so, not
+    if all say no. An encoder family's causal-LM head on a config without `is_decoder` (`BertLMHeadModel`,
+    `BigBirdForCausalLM`: Transformers warns and keeps attention bidirectional) is not causal, though its
+    loss still shifts the labels. Layers without flags (BLOOM, MPT: causal whatever the head) are asked
+    by `attends_ahead`; where that cannot run, the config's `is_decoder`, else the causal-LM head."""
     inner = unwrap(model)
-    flags = [m.is_causal for m in inner.modules() if isinstance(getattr(m, "is_causal", None), bool)]
-    return any(flags) or bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
+    flags = [
+        flag
+        for module in inner.modules()
+        if module is not inner
+        for flag in (getattr(module, "is_causal", None), getattr(module, "is_decoder", None))
+        if isinstance(flag, bool)
+    ]
+    if flags:
+        return any(flags)
+    ahead = attends_ahead(inner)
+    if ahead is not None:
+        return not ahead
+    return bool(getattr(inner.config, "is_decoder", False)) or is_causal_lm(inner)
+
+
+def _base_outputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor] | None:
+    """The base model's first output [1, T, ...] for each row of `ids` [N, T] (no grad, eval mode), or None
+    if the base model cannot be run on `input_ids` (an encoder-decoder, a model of other inputs)."""
+    inner = unwrap(model)
+    base = getattr(inner, "base_model", inner)
+    device = next(inner.parameters()).device
+    was_training = inner.training
+    inner.eval()
+    try:
+        with torch.no_grad():
+            return [
+                base(input_ids=row[None].to(device), attention_mask=mask[None].to(device))[0].float() for row in ids
+            ]
+    except Exception:
+        return None
+    finally:
+        inner.train(was_training)
+
+
+def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return bool((a - b).abs().max().item() > 1e-6 * a.abs().max().item())
+
+
+def attends_ahead(model: nn.Module, length: int = 6) -> bool | None:
+    """Whether the base model's first output position changes when only the last token does (one tiny
+    forward, [1, length] ids); None if the base model cannot be run on `input_ids`."""
+    vocab = vocab_size(model)
+    ids = torch.arange(4, 4 + length).repeat(2, 1) % vocab  # [2, T]: the second row's last token differs
+    ids[1, -1] = (ids[0, -1] + 1) % vocab
+    outputs = _base_outputs(model, ids, torch.ones(length, dtype=torch.long))
+    return None if outputs is None else _differ(outputs[0][:, 0], outputs[1][:, 0])
+
+
+def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) -> bool | None:
+    """Whether the base model's outputs at real tokens change with the ids at positions the attention mask
+    hides (ConvBERT's span convolutions mix neighbouring tokens outside attention); None if it cannot run."""
+    vocab = vocab_size(model)
+    ids = torch.arange(4, 4 + length + padding).repeat(2, 1) % vocab  # [2, T]: other ids under the mask
+    ids[1, length:] = (ids[0, length:] + 7) % vocab
+    mask = (torch.arange(length + padding) < length).long()
+    outputs = _base_outputs(model, ids, mask)
+    return None if outputs is None else _differ(outputs[0][:, :length], outputs[1][:, :length])
 
 
 def position_offset(model: nn.Module) -> int:

@@ -23,7 +23,12 @@ dropout is refused (one warning naming the option) unless `with_dropout=True`
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
 choice: their labels are positions in the padded row), attention implementations that take no
-4-D mask (flash-attention), and any model whose self-check (padded vs packed loss on a small
+4-D mask (flash-attention), models whose outputs at real tokens change with the ids under the mask
+(`modeling.reads_masked_positions`: ConvBERT's span convolution reads its neighbours outside
+attention, so packed neighbours would change them by ~1e-5 relative, below the self-check's
+tolerance), models where a sequence's outputs change with the sequence packed before it (Jamba's
+Mamba layers, linear attention, short convolutions carry state along a row: `carries_state`, checked
+per output after the loss), and any model whose self-check (padded vs packed loss on a small
 synthetic batch of uneven lengths) disagrees.
 
 Only causal LMs lose each sequence's first label in the packed rows (their shifted loss never reads
@@ -135,13 +140,52 @@ class PaddingFree(HookedPass):
 
 
 def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | None:
-    """Padded vs packed loss on a small uneven batch; a description of the mismatch, or None."""
+    """Padded vs packed loss on a small uneven batch, then `carries_state`; a description of the problem, or None."""
     # three sequences of lengths 6, 2 and 9, right-padded; labels fit the task (class ids for classifiers)
     padded = modeling.synthetic_batch(model, [6, 2, 9], seed=4321, ignore_every=0 if installed.spec.causal else 3)
-    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, installed.spec)
+    packed = _packed(padded, installed.spec, next(model.parameters()).device)
+    problem = compare_losses(model, lambda: model(**padded), lambda: model(**packed), "packed")
+    if problem is None and carries_state(model, installed.spec):
+        problem = (
+            "a sequence's outputs change with the sequence packed before it in a row (state carried along the "
+            "row outside attention: a convolution or state-space layer)"
+        )
+    return problem
+
+
+def _packed(padded: dict, spec: PackingSpec, device) -> dict:
+    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, spec)
+    return {k: v.to(device) for k, v in packed.items()}
+
+
+def carries_state(model: nn.Module, spec: PackingSpec) -> bool:
+    """Whether the second of two sequences packed into one row gets other outputs when the first one's
+    tokens change (Jamba's Mamba layers, linear attention and short convolutions carry state along the row;
+    attention under the block-diagonal mask does not). Compared per output, in eval mode: at initialisation
+    such a leak moved the loss by only ~1e-5 relative, below the loss check's tolerance."""
+    padded = modeling.synthetic_batch(model, [5, 3], seed=2468)  # one row of capacity 8: 5 + 3 tokens
+    other = {k: v.clone() for k, v in padded.items()}
+    vocab = modeling.vocab_size(model)
+    other["input_ids"][0, :5] = 4 + (other["input_ids"][0, :5] - 4 + 1) % max(vocab - 4, 1)  # other ids, none special
     device = next(model.parameters()).device
-    packed = {k: v.to(device) for k, v in packed.items()}
-    return compare_losses(model, lambda: model(**padded), lambda: model(**packed), "packed")
+    first, second = (_packed(batch, spec, device) for batch in (padded, other))
+    if first["input_ids"].shape[0] != 1:  # not packed into one row: nothing to compare
+        return False
+    start = int(first[SEQUENCE_STARTS][1])
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            a, b = (model(**batch).logits for batch in (first, second))
+    except Exception:
+        return False  # the loss check above ran this model packed; a probe that cannot run proves nothing
+    finally:
+        model.train(was_training)
+    if a.dim() == 2 and a.shape[0] == 2:  # [N, C]: one pooled output per sequence
+        a, b = a[1], b[1]
+    else:  # [R, C, ...] per token: the second sequence's positions
+        a, b = (x.reshape(-1, *x.shape[2:])[start : start + 3].float() for x in (a, b))
+    return bool((a - b).abs().max().item() > 1e-6 * a.abs().max().item())
 
 
 def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | None:
@@ -152,6 +196,8 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
     implementation = hf_boundary.attention_implementation(model.config)
     if implementation not in MASKED_ATTENTION:
         return f"its attention implementation '{implementation}' takes no 4-D mask (use 'sdpa')"
+    if modeling.reads_masked_positions(model):
+        return "its outputs read tokens its attention mask hides (a convolution over the sequence), so packed neighbours would change them"
     return None
 
 
