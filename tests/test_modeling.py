@@ -15,7 +15,7 @@ from transformers import (
     T5ForConditionalGeneration,
 )
 
-from tests.tiny_models import CAUSAL, FAMILIES, NUM_LABELS, VOCAB, make
+from tests.tiny_models import CAUSAL, FAMILIES, NUM_LABELS, VOCAB, make, phimoe
 from turbotrain import modeling
 
 
@@ -119,3 +119,20 @@ def test_models_whose_outputs_read_masked_positions(model_type, reads):
     from scripts.architectures import build
 
     assert modeling.reads_masked_positions(build(model_type, "token-cls")) is reads
+
+
+@pytest.mark.parametrize(
+    "build,expected",
+    [
+        (phimoe, True),  # sampled expert routing: draws even where, at this input, the draw changes nothing
+        (lambda: make("bert"), True),  # dropout 0.1
+        (lambda: make("bert", dropout=False), False),  # SDPA runs with dropout_p=0: no draw
+        (lambda: make("llama", dropout=False), False),
+    ],
+)
+def test_draws_at_random_in_training(build, expected):
+    model = build().eval()
+    state = torch.random.get_rng_state()
+    assert modeling.draws_at_random(model) is expected
+    assert torch.equal(state, torch.random.get_rng_state())  # the caller's stream is untouched
+    assert not model.training and all(p.grad is None for p in model.parameters())

@@ -184,3 +184,23 @@ def as_user_subclass(model):
     subclassed = UserModel(model.config)
     subclassed.load_state_dict(model.state_dict())
     return subclassed
+
+
+def phimoe(seed: int = 0):
+    """A tiny PhiMoE causal LM: no dropout, but its expert routing samples in training (sparsemixer)."""
+    from transformers import PhimoeConfig, PhimoeForCausalLM
+
+    config = PhimoeConfig(
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        attention_dropout=0.0,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(seed)
+    return PhimoeForCausalLM(config)

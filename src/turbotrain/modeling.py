@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.auto import modeling_auto
 
 from turbotrain import hf_boundary
@@ -194,6 +195,57 @@ def _base_outputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> li
         return None
     finally:
         inner.train(was_training)
+
+
+class _RandomOpRecorder(TorchDispatchMode):
+    """Notes whether any ATen op that draws from a random generator runs (tagged `nondeterministic_seeded`:
+    dropout's bernoulli, rand, exponential_, ...)."""
+
+    def __init__(self):
+        super().__init__()
+        self.drew = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        self.drew = self.drew or (torch.Tag.nondeterministic_seeded in func.tags and _draws(func, args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _draws(func, args: tuple, kwargs: dict) -> bool:
+    """A seeded op draws unless its dropout probability (`p`, `dropout_p`: SDPA's kernels, native_dropout)
+    is 0: SDPA in every model is a seeded op, called with dropout_p=0 where the model has no dropout."""
+    for position, argument in enumerate(func._schema.arguments):
+        if argument.name in ("p", "dropout_p"):
+            value = args[position] if position < len(args) else kwargs.get(argument.name, argument.default_value)
+            return value != 0
+    return True
+
+
+def draws_at_random(model: nn.Module, length: int = 6) -> bool | None:
+    """Whether the base model draws random numbers in training mode: a training-mode forward and backward of a
+    few tokens runs an op that draws from a random generator (dropout; PhiMoE's sampled expert routing, which
+    draws whether or not the draw changes the result at this input). The gradient is taken with respect to
+    the input embeddings only, so no parameter gradient is made or touched, and the caller's random streams
+    are left as they were (forked). None if the base model cannot run this way."""
+    inner = unwrap(model)
+    base = getattr(inner, "base_model", inner)
+    device = next(inner.parameters()).device
+    ids = (torch.arange(4, 4 + length) % vocab_size(model))[None].to(device)
+    was_training = inner.training
+    inner.train()
+    recorder = _RandomOpRecorder()
+    try:
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), recorder:
+            with torch.no_grad():
+                embeds = base.get_input_embeddings()(ids)
+            embeds.requires_grad_()
+            output = base(inputs_embeds=embeds, attention_mask=torch.ones_like(ids))[0]
+            torch.autograd.grad(output.float().square().mean(), embeds)
+    except Exception:
+        return None
+    finally:
+        inner.train(was_training)
+    return recorder.drew
 
 
 def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:

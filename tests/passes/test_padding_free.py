@@ -166,3 +166,13 @@ def test_dropout_on_is_refused_unless_asked_and_dropout_off_is_silent(task, monk
         warnings.simplefilter("error", TurbotrainWarning)
         assert apply_padding_free(make("roberta", task=task), with_dropout=True) is not None
         assert apply_padding_free(make("roberta", task=task, dropout=False)) is not None
+
+
+def test_a_model_drawing_random_numbers_in_training_is_refused_unless_asked():
+    # the architecture sweep's one difference: PhiMoE samples experts in training, packed rows drew otherwise
+    from tests.tiny_models import phimoe
+    from turbotrain.passes.padding_free import apply_padding_free
+
+    with pytest.warns(TurbotrainWarning, match=r"random draws.*padding_free_with_dropout=True"):
+        assert apply_padding_free(phimoe()) is None
+    assert apply_padding_free(phimoe(), with_dropout=True) is not None

@@ -17,8 +17,9 @@ Exact: same loss and gradients as the padded batch up to float summation order (
 model without dropout. With dropout the packed tensors have other shapes than the padded ones, so
 dropout would draw other masks: the same distribution, not the same numbers step by step (run_glue.py
 and TRL's sft.py with default dropout differed from stock by ~1e-2). So a model that trains with
-dropout is refused (one warning naming the option) unless `with_dropout=True`
-(`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
+dropout, or draws other random numbers in training (PhiMoE's sampled expert routing; found by two
+training-mode forwards under different seeds), is refused (one warning naming the option) unless
+`with_dropout=True` (`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
@@ -212,7 +213,7 @@ def apply_padding_free(
         warn_once(f"turbotrain: padding-free left {name} padded: it is not a Transformers model.")
         return None
     task, spec = _task(model), packing_spec(model, multiple_of)
-    problem = _refusal(model, task, spec) or (None if with_dropout else _dropout_refusal(model))
+    problem = _refusal(model, task, spec) or (None if with_dropout else _random_draws_refusal(model))
     installed = None
     if problem is None:
         installed = PaddingFree(model, spec, pools=task == "sequence_classification")
@@ -233,12 +234,17 @@ def apply_padding_free(
     return installed
 
 
-def _dropout_refusal(model: nn.Module) -> str | None:
+def _random_draws_refusal(model: nn.Module) -> str | None:
+    """Why packing would change the numbers of a model that draws random numbers in training, or None."""
     rate = modeling.dropout_rate(model)
-    if rate == 0:
+    if rate > 0:
+        what = f"dropout (p={rate:g})"
+    elif modeling.draws_at_random(model):
+        what = "random draws (e.g. sampled expert routing)"
+    else:
         return None
     return (
-        f"it trains with dropout (p={rate:g}), and packed rows would draw other dropout masks than the padded "
-        "batch, so losses would differ from stock step by step; padding_free_with_dropout=True packs anyway "
-        "(the same dropout distribution, the speed of packing)"
+        f"it trains with {what}, and packed rows would draw other random numbers than the padded batch, so "
+        "losses would differ from stock step by step; padding_free_with_dropout=True packs anyway (the same "
+        "distribution, the speed of packing)"
     )
