@@ -1,5 +1,7 @@
 """`turbotrain.compile` on a diffusers UNet2DConditionModel (text-conditioned, DDPM noise-prediction MSE):
-loss and every gradient of a training step equal eager's on each backend; refusals are clear."""
+loss and every gradient of a training step equal eager's on each backend, and on onnxruntime every graph
+(the backward too: convolution backward, the nearest-upsampling gradient) runs in ONNX Runtime with no
+fallback; refusals are clear."""
 
 from __future__ import annotations
 
@@ -50,9 +52,12 @@ def test_unet_training_step_matches_eager(backend):
     unet = tiny_unet(SHAPE).train()
     options = {"cache_dir": None} if backend == "onnxruntime" else None
     compiled = turbotrain.compile(copy.deepcopy(unet), backend=backend, backend_options=options)
+    fallbacks = len(backend_of(compiled).report()["fallbacks"]) if backend == "onnxruntime" else 0
     for draw in range(2):  # the first call compiles (and checks), the second is the steady state
         assert_step_matches(step(compiled, draw), step(unet, draw))
     assert backend_of(compiled).name == backend
+    if backend == "onnxruntime":
+        assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
 
 
 def test_eager_is_the_module_itself():
