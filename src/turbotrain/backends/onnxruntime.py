@@ -85,7 +85,7 @@ def ort_compiler(config):
     from turbotrain.backends.ort_graph import OrtGraph
     from turbotrain.export.conv_backward import training_decompositions
 
-    decompositions = training_decompositions()  # core ATen, convolution backward as convolutions
+    decompositions = training_decompositions()  # core ATen; convolution backward: conv_backward.py
     decompositions.pop(torch.ops.aten.native_dropout.default, None)  # drawn by torch, see ort_graph.py
 
     def forward(graph, example_inputs):

@@ -1,6 +1,6 @@
-"""`aten.convolution_backward` as forward convolutions, which torch's ONNX exporter translates (it has no
-translation for the backward op itself; the backward graph of any model with a Conv1d or Conv2d, such as
-Whisper's front end or a diffusion UNet, stopped there).
+"""`aten.convolution_backward` as a transposed convolution, slices and a matmul, which torch's ONNX
+exporter translates (it has no translation for the backward op itself; the backward graph of any model
+with a Conv1d or Conv2d, such as Whisper's front end or a diffusion UNet, stopped there).
 
 For a 1-d or 2-d convolution `y = conv(x, w, stride s, padding p, dilation d, groups g)`, per spatial axis:
 - grad_input = conv_transpose(grad_y, w, stride s, padding p, dilation d, groups g) with output padding
@@ -8,11 +8,11 @@ For a 1-d or 2-d convolution `y = conv(x, w, stride s, padding p, dilation d, gr
   ConvTranspose computes (when that padding is symbolic, stride - 1 then the input's first `in` rows: a
   row's value does not depend on how many follow); the forward weight [C_out, C_in/g, k] is already the
   transposed weight;
-- grad_weight[o, c, j] = sum_n sum_l grad_y[n, o, l] x[n, c, l s + j d - p]: a convolution whose batch
-  is the input's channels within a group and whose channels are (group, batch), with grad_y as the
-  kernel, stride d, dilation s, padding p and g groups: [C_in/g, g N, *S] * [C_out, N, *S_out] ->
-  [C_in/g, C_out, *K'] with K' >= k; the first k positions are the gradient (the rest lie past the
-  forward's last window);
+- grad_weight[o, c, j] = sum_n sum_l grad_y[n, o, l] x[n, c, l s + j d - p]: the padded input's window
+  for each kernel position j (a strided slice, [N, C_in, *S_out]; im2col), stacked, then one batched
+  matmul over the groups, [g, C_out/g, N L] @ [g, N L, C_in/g k]. (A convolution with grad_y as the kernel computes the
+  same but ran ~10x slower than the forward's convolutions in ONNX Runtime's CPU kernels: C_in small
+  GEMMs of 9 columns.)
 - grad_bias = grad_y summed over the batch and spatial axes.
 Exact: each entry is the same sum of the same products as torch's kernels, in another order (fp32
 rounding; the tests compare with eager at 1e-5 of each gradient's scale). Not rewritten (the exporter
@@ -20,6 +20,9 @@ then refuses as before): transposed convolutions, 3-d convolutions.
 """
 
 from __future__ import annotations
+
+import itertools
+import math
 
 import torch
 from torch.fx.experimental.symbolic_shapes import is_concrete_int
@@ -69,17 +72,25 @@ def _input_grad(grad_output, input, weight, kernel, stride, padding, dilation, g
 
 
 def _weight_grad(grad_output, input, kernel, stride, padding, dilation, groups):
-    n, c_in, *size = input.shape
-    spatial = list(range(3, 3 + len(size)))
-    # [N, C_in, *S] -> [N, g, C_in/g, *S] -> [C_in/g, g, N, *S] -> [C_in/g, g N, *S]
-    grouped = input.reshape(n, groups, c_in // groups, *size).permute(2, 1, 0, *spatial)
-    grouped = grouped.reshape(c_in // groups, groups * n, *size)
-    kernels = grad_output.transpose(0, 1)  # [N, C_out, *S_out] -> [C_out, N, *S_out]
-    zeros = [0] * len(size)
-    full = aten.convolution.default(grouped, kernels, None, dilation, padding, stride, False, zeros, groups)
-    for axis, k in enumerate(kernel):  # [C_in/g, C_out, *K'] -> [C_in/g, C_out, *k]
-        full = full.narrow(2 + axis, 0, k)
-    return full.transpose(0, 1).contiguous()  # [C_out, C_in/g, *k]
+    n, c_in, *_ = input.shape
+    c_out, *size_out = grad_output.shape[1:]
+    pads = [p for axis in reversed(range(len(kernel))) for p in (padding[axis], padding[axis])]
+    padded = aten.constant_pad_nd.default(input, pads) if any(pads) else input
+    windows = []  # one [N, C_in, *S_out] slice of the padded input per kernel position, as the forward saw it
+    for offsets in itertools.product(*(range(k) for k in kernel)):
+        window = padded
+        for axis, (j, out) in enumerate(zip(offsets, size_out)):
+            start = j * dilation[axis]
+            window = aten.slice.Tensor(window, 2 + axis, start, start + stride[axis] * (out - 1) + 1, stride[axis])
+        windows.append(window)
+    positions, length = len(windows), math.prod(size_out)
+    # [N, C_in, k, *S_out] -> [N, g, C_in/g k, L] -> [g, N L, C_in/g k]
+    columns = torch.stack(windows, 2).reshape(n, groups, c_in // groups * positions, length)
+    columns = columns.permute(1, 0, 3, 2).reshape(groups, n * length, c_in // groups * positions)
+    # [N, C_out, *S_out] -> [N, g, C_out/g, L] -> [g, C_out/g, N L]
+    grads = grad_output.reshape(n, groups, c_out // groups, length).permute(1, 2, 0, 3)
+    grads = grads.reshape(groups, c_out // groups, n * length)
+    return torch.bmm(grads, columns).reshape(c_out, c_in // groups, *kernel)  # [C_out, C_in/g, *k]
 
 
 def training_decompositions() -> dict:

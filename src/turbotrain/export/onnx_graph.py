@@ -14,7 +14,7 @@ its graph optimizer). Contract:
 `trace_aten` turns a function (a forward plus `torch.autograd.grad`, say) into an FX graph of core ATen
 ops with symbolic shapes, which `GraphModule` then wraps for export. Attention is traced through
 PyTorch's math kernel: the fused CPU flash-attention ops and their backward have no ONNX translation;
-convolution backward is traced as convolutions (`conv_backward.py`), which have one.
+convolution backward is traced as a transposed convolution and a matmul (`conv_backward.py`).
 Exact: the exported graph computes what torch computes, to float rounding (checked by `verify.py`
 and by the tests for every task and graph).
 """
