@@ -56,7 +56,7 @@ def _refusal(x, indices, values) -> str | None:
         return "tensors of unknown shape"
     if any(_val(indices[i]).dtype in (torch.bool, torch.uint8) for i in given):
         return "a boolean mask"
-    if len(given) > 1 and _val(values).dim() != _val(x).dim() - len(given) + _broadcast_rank(indices, given):
+    if _val(values).dim() != _val(x).dim() - len(given) + _broadcast_rank(indices, given):
         return "broadcast values"
     return None
 
