@@ -1,9 +1,12 @@
 """`turbotrain.compile` on a diffusers UNet2DConditionModel (text-conditioned, DDPM noise-prediction MSE):
-loss and every gradient of a training step equal eager's on each backend; refusals are clear."""
+loss and every gradient of a training step equal eager's on each backend, and on onnxruntime every graph
+(the backward too: convolution backward; with two blocks, the nearest-upsampling gradient) runs in ONNX
+Runtime with no fallback; refusals are clear."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -21,9 +24,13 @@ SHAPE = UNetShape(
 )
 
 
-def step(unet, draw: int):
+# two blocks: the first up block ends in nearest x2 upsampling, whose gradient is an accumulating index_put
+UPSAMPLING = dataclasses.replace(SHAPE, channels=(16, 16))
+
+
+def step(unet, draw: int, shape: UNetShape = SHAPE):
     unet.zero_grad(set_to_none=True)
-    loss = noise_prediction_loss(unet, diffusion_batch(SHAPE, draw))
+    loss = noise_prediction_loss(unet, diffusion_batch(shape, draw))
     loss.backward()
     return loss.detach(), {n: p.grad.detach().clone() for n, p in unet.named_parameters()}
 
@@ -50,9 +57,23 @@ def test_unet_training_step_matches_eager(backend):
     unet = tiny_unet(SHAPE).train()
     options = {"cache_dir": None} if backend == "onnxruntime" else None
     compiled = turbotrain.compile(copy.deepcopy(unet), backend=backend, backend_options=options)
+    fallbacks = len(backend_of(compiled).report()["fallbacks"]) if backend == "onnxruntime" else 0
     for draw in range(2):  # the first call compiles (and checks), the second is the steady state
         assert_step_matches(step(compiled, draw), step(unet, draw))
     assert backend_of(compiled).name == backend
+    if backend == "onnxruntime":
+        assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
+
+
+@pytest.mark.onnx
+def test_unet_with_upsampling_runs_every_graph_in_onnxruntime():
+    pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
+    unet = tiny_unet(UPSAMPLING).train()
+    assert any(name.endswith("upsamplers") for name, _ in unet.named_modules())
+    compiled = turbotrain.compile(copy.deepcopy(unet), backend="onnxruntime", backend_options={"cache_dir": None})
+    fallbacks = len(backend_of(compiled).report()["fallbacks"])
+    assert_step_matches(step(compiled, 0, UPSAMPLING), step(unet, 0, UPSAMPLING))
+    assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
 
 
 def test_eager_is_the_module_itself():

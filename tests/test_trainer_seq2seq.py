@@ -7,25 +7,10 @@ import pytest
 import torch
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from tests.tiny_seq2seq import MEL_BINS, SOURCE_POSITIONS, VOCAB, make
+from tests.tiny_seq2seq import MEL_BINS, make, speech_like_examples
 from tests.trainer_helpers import COMMON, assert_losses_close, train_losses
 from turbotrain import turbo, turbo_arguments
 from turbotrain.data.speech import INSTALL, SpeechCollator, espeak_available
-
-
-def speech_like_examples(n: int = 40, seed: int = 0) -> list[dict]:
-    """Random features and transcripts of 2..19 tokens (natural-looking length spread)."""
-    generator = torch.Generator().manual_seed(seed)
-    examples = []
-    for _ in range(n):
-        length = int(torch.randint(2, 20, (1,), generator=generator))
-        examples.append(
-            {
-                "input_features": torch.randn(MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator).numpy(),
-                "labels": torch.randint(4, VOCAB, (length,), generator=generator).tolist(),
-            }
-        )
-    return examples
 
 
 def trainers(tmp_path, family: str, data, collator):

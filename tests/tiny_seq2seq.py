@@ -105,3 +105,18 @@ def batch(family: str, rows: int, source_len: int, target_lengths: list[int], ke
         }
     input_ids = torch.randint(4, VOCAB, (rows, source_len), generator=generator)
     return {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+
+
+def speech_like_examples(n: int = 40, seed: int = 0) -> list[dict]:
+    """Random features and transcripts of 2..19 tokens (natural-looking length spread)."""
+    generator = torch.Generator().manual_seed(seed)
+    examples = []
+    for _ in range(n):
+        length = int(torch.randint(2, 20, (1,), generator=generator))
+        examples.append(
+            {
+                "input_features": torch.randn(MEL_BINS, 2 * SOURCE_POSITIONS, generator=generator).numpy(),
+                "labels": torch.randint(4, VOCAB, (length,), generator=generator).tolist(),
+            }
+        )
+    return examples

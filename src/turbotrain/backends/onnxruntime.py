@@ -13,7 +13,8 @@ Options (`TurboTrainingArguments(backend="onnxruntime", backend_options={...})`,
     check_first_run  compare each graph's first outputs with eager (default True)
     session_options  attributes set on `onnxruntime.SessionOptions`, e.g. {"intra_op_num_threads": 2}
 Exact: same loss and gradients as eager to float rounding (tests: BERT, RoBERTa with label sparsity,
-GPT-2, Llama; 10 golden steps through TurboTrainer).
+GPT-2, Llama; 10 golden steps through TurboTrainer; BART, Whisper through Seq2SeqTrainer, a diffusers
+UNet, and 1-d/2-d convolutions with nearest upsampling, each with no graph falling back).
 """
 
 from __future__ import annotations
@@ -78,13 +79,13 @@ def ort_config(options: OrtOptions, device: torch.device):
 
 def ort_compiler(config):
     """A Dynamo backend: AOTAutograd graphs (core ATen, math attention) -> ONNX Runtime sessions."""
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from turbotrain.backends.ort_graph import OrtGraph
+    from turbotrain.export.conv_backward import training_decompositions
 
-    decompositions = dict(core_aten_decompositions())
+    decompositions = training_decompositions()  # core ATen; convolution backward: conv_backward.py
     decompositions.pop(torch.ops.aten.native_dropout.default, None)  # drawn by torch, see ort_graph.py
 
     def forward(graph, example_inputs):

@@ -13,7 +13,8 @@ its graph optimizer). Contract:
 
 `trace_aten` turns a function (a forward plus `torch.autograd.grad`, say) into an FX graph of core ATen
 ops with symbolic shapes, which `GraphModule` then wraps for export. Attention is traced through
-PyTorch's math kernel: the fused CPU flash-attention ops and their backward have no ONNX translation.
+PyTorch's math kernel: the fused CPU flash-attention ops and their backward have no ONNX translation;
+convolution backward is traced as a transposed convolution and a matmul (`conv_backward.py`).
 Exact: the exported graph computes what torch computes, to float rounding (checked by `verify.py`
 and by the tests for every task and graph).
 """
@@ -128,15 +129,16 @@ def export_module(
 
 def trace_aten(fn: Callable, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
     """`fn(*inputs)` as an FX graph of core ATen ops with symbolic shapes (autograd calls traced through)."""
-    from torch._decomp import core_aten_decompositions
     from torch.fx.experimental import _config as fx_config
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from turbotrain.export.conv_backward import training_decompositions
+
     # No duck shapes: a batch of 2 must not become the same symbol as a 2-label head's weight rows.
     with sdpa_kernel(SDPBackend.MATH), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return make_fx(fn, tracing_mode="symbolic", decomposition_table=core_aten_decompositions())(*inputs)
+        return make_fx(fn, tracing_mode="symbolic", decomposition_table=training_decompositions())(*inputs)
 
 
 def initializer_name(name: str) -> str:
