@@ -129,7 +129,8 @@ class OrtGraph:
         }
         self.values = values
         self.session = None
-        self.eager = False
+        # a graph with no op to run (Dynamo leaves `return ()` graphs around graph breaks): nothing to export
+        self.eager = not any(n.op == "call_function" for n in graph.graph.nodes)
         self.int_exprs: dict = {}
         self.carriers: list[int] = []
         self.symbols: dict = {}
