@@ -44,6 +44,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.auto import modeling_auto
 
 from turbotrain import hf_boundary
+from turbotrain.utils.mode import training_mode
 
 IGNORE_INDEX = -100  # the label Transformers' losses skip
 
@@ -184,17 +185,13 @@ def _base_outputs(model: nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> li
     inner = unwrap(model)
     base = getattr(inner, "base_model", inner)
     device = next(inner.parameters()).device
-    was_training = inner.training
-    inner.eval()
     try:
-        with torch.no_grad():
+        with training_mode(inner, False), torch.no_grad():
             return [
                 base(input_ids=row[None].to(device), attention_mask=mask[None].to(device))[0].float() for row in ids
             ]
     except Exception:
         return None
-    finally:
-        inner.train(was_training)
 
 
 class _RandomOpRecorder(TorchDispatchMode):
@@ -231,24 +228,22 @@ def draws_at_random(model: nn.Module, length: int = 6) -> bool | None:
     base = getattr(inner, "base_model", inner)
     device = next(inner.parameters()).device
     ids = (torch.arange(4, 4 + length) % vocab_size(model))[None].to(device)
-    was_training = inner.training
-    inner.train()
     recorder = _RandomOpRecorder()
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []), recorder:
-            with torch.no_grad():
-                embeds = base.get_input_embeddings()(ids)
-            embeds.requires_grad_()
-            output = base(inputs_embeds=embeds, attention_mask=torch.ones_like(ids))[0]
-            torch.autograd.grad(output.float().square().mean(), embeds)
+        with training_mode(inner, True), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            with recorder:
+                with torch.no_grad():
+                    embeds = base.get_input_embeddings()(ids)
+                embeds.requires_grad_()
+                output = base(inputs_embeds=embeds, attention_mask=torch.ones_like(ids))[0]
+                torch.autograd.grad(output.float().square().mean(), embeds)
     except Exception:
         return None
-    finally:
-        inner.train(was_training)
     return recorder.drew
 
 
-def _differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+def outputs_differ(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two outputs of probe forwards differ beyond float noise (1e-6 of the first's largest value)."""
     return bool((a - b).abs().max().item() > 1e-6 * a.abs().max().item())
 
 
@@ -259,7 +254,7 @@ def attends_ahead(model: nn.Module, length: int = 6) -> bool | None:
     ids = torch.arange(4, 4 + length).repeat(2, 1) % vocab  # [2, T]: the second row's last token differs
     ids[1, -1] = (ids[0, -1] + 1) % vocab
     outputs = _base_outputs(model, ids, torch.ones(length, dtype=torch.long))
-    return None if outputs is None else _differ(outputs[0][:, 0], outputs[1][:, 0])
+    return None if outputs is None else outputs_differ(outputs[0][:, 0], outputs[1][:, 0])
 
 
 def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) -> bool | None:
@@ -270,7 +265,7 @@ def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) 
     ids[1, length:] = (ids[0, length:] + 7) % vocab
     mask = (torch.arange(length + padding) < length).long()
     outputs = _base_outputs(model, ids, mask)
-    return None if outputs is None else _differ(outputs[0][:, :length], outputs[1][:, :length])
+    return None if outputs is None else outputs_differ(outputs[0][:, :length], outputs[1][:, :length])
 
 
 def position_offset(model: nn.Module) -> int:

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.bench.tiny import tiny_workload
 from turbotrain.bench.runner import PeerRuns, interleaved_order, loss_difference, run_bench
 from turbotrain.bench.workload import Workload
 from turbotrain.utils.imports import is_available
@@ -36,18 +37,7 @@ def test_unknown_peer_is_rejected():
 
 @pytest.mark.slow
 def test_tiny_bench_writes_json_and_markdown(tmp_path):
-    workload = Workload(
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        seq_len=32,
-        vocab_size=3000,
-        batch_size=4,
-        rounds=2,
-        steps=2,
-        warmup=1,
-        peers=("stock", "turbo"),
-    )
+    workload = tiny_workload(rounds=2)
     result = run_bench(workload, out_dir=tmp_path)
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert set(saved["peers"]) == {"stock", "turbo"}
@@ -77,20 +67,7 @@ def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
-    workload = Workload(
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        seq_len=64,
-        vocab_size=2000,
-        batch_size=8,
-        rounds=1,
-        steps=2,
-        warmup=1,
-        peers=("stock", "turbo"),
-        lengths="variable",
-        task="cls",
-    )
+    workload = tiny_workload(seq_len=64, vocab_size=2000, batch_size=8, lengths="variable", task="cls")
     result = run_bench(workload, out_dir=tmp_path)
     assert 0.2 < result["padding_share"] < 0.9 and result["length_histogram"]
     assert "padding_free" in result["peers"]["turbo"]["passes"] and result["peers"]["stock"]["passes"] == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.bench.tiny import tiny_workload
 from tests.tiny_models import VOCAB, make
 from turbotrain.bench.flops import ModelFlops, StepWork, batch_work, mfu, step_flops
 from turbotrain.bench.peak import matmul_peak
@@ -54,19 +55,7 @@ def test_clm_workload_is_gpt2_on_fixed_blocks():
 def test_tiny_clm_bench_reports_mfu_for_every_peer(tmp_path):
     from turbotrain.bench.runner import run_bench
 
-    workload = Workload(
-        task="clm",
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        seq_len=32,
-        vocab_size=3000,
-        batch_size=4,
-        rounds=1,
-        steps=2,
-        warmup=1,
-        peers=("stock", "turbo"),
-    )
+    workload = tiny_workload(task="clm")
     result = run_bench(workload, out_dir=tmp_path)
     assert result["matmul_peak"]["flops_per_s"] > 0
     for row in result["peers"].values():

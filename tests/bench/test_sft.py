@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from tests.bench.tiny import tiny_workload
 from tests.llm.helpers import needs_llm_extra
 from turbotrain.bench.runner import run_bench
 from turbotrain.bench.workload import Workload
@@ -40,20 +41,8 @@ def test_sft_peers_and_lengths_are_checked():
 @pytest.mark.slow
 @needs_llm_extra[1]
 def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
-    workload = Workload(
-        task="sft",
-        lengths="variable",
-        hidden_size=32,
-        num_layers=1,
-        num_heads=2,
-        seq_len=48,
-        vocab_size=3000,
-        batch_size=4,
-        rounds=1,
-        steps=2,
-        warmup=1,
-        lora=True,
-        peers=("stock", "trl", "trl+turbo", "turbo"),
+    workload = tiny_workload(
+        task="sft", lengths="variable", seq_len=48, lora=True, peers=("stock", "trl", "trl+turbo", "turbo")
     )
     run_bench(workload, out_dir=tmp_path)
     peers = json.loads((tmp_path / "bench.json").read_text())["peers"]

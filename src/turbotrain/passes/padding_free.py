@@ -17,8 +17,8 @@ Exact: same loss and gradients as the padded batch up to float summation order (
 model without dropout. With dropout the packed tensors have other shapes than the padded ones, so
 dropout would draw other masks: the same distribution, not the same numbers step by step (run_glue.py
 and TRL's sft.py with default dropout differed from stock by ~1e-2). So a model that trains with
-dropout, or draws other random numbers in training (PhiMoE's sampled expert routing; found by two
-training-mode forwards under different seeds), is refused (one warning naming the option) unless
+dropout, or draws other random numbers in training (PhiMoE's sampled expert routing; found by the
+seeded ATen ops one tiny training-mode forward and backward runs, `modeling.draws_at_random`), is refused (one warning naming the option) unless
 `with_dropout=True` (`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
@@ -47,6 +47,7 @@ from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
+from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -173,20 +174,16 @@ def carries_state(model: nn.Module, spec: PackingSpec) -> bool:
     if first["input_ids"].shape[0] != 1:  # not packed into one row: nothing to compare
         return False
     start = int(first[SEQUENCE_STARTS][1])
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with training_mode(model, False), torch.no_grad():
             a, b = (model(**batch).logits for batch in (first, second))
     except Exception:
         return False  # the loss check above ran this model packed; a probe that cannot run proves nothing
-    finally:
-        model.train(was_training)
     if a.dim() == 2 and a.shape[0] == 2:  # [N, C]: one pooled output per sequence
         a, b = a[1], b[1]
     else:  # [R, C, ...] per token: the second sequence's positions
         a, b = (x.reshape(-1, *x.shape[2:])[start : start + 3].float() for x in (a, b))
-    return bool((a - b).abs().max().item() > 1e-6 * a.abs().max().item())
+    return modeling.outputs_differ(a, b)
 
 
 def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | None:

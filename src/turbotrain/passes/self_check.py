@@ -13,17 +13,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
+from turbotrain.utils.mode import training_mode
+
 
 def compare_losses(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
-    was_training = model.training
-    model.eval()
     try:
-        with torch.no_grad():
+        with training_mode(model, False), torch.no_grad():
             expected, got = stock().loss, rewritten().loss
     except Exception as error:  # the check must never take training down with it
         return f"the {what} forward raised {type(error).__name__}: {error}"
-    finally:
-        model.train(was_training)
     if expected is None or got is None:
         return "the model returned no loss for labels"
     tolerance = 1e-4 if expected.dtype == torch.float32 else 2e-2

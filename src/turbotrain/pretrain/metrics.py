@@ -11,6 +11,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from turbotrain.utils.mode import training_mode
+
 
 @dataclass
 class HeldOut:
@@ -21,8 +23,11 @@ class HeldOut:
 
 @torch.no_grad()
 def evaluate_masked(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> HeldOut:
-    was_training = model.training
-    model.eval()
+    with training_mode(model, False):
+        return _held_out(model, batches)
+
+
+def _held_out(model: torch.nn.Module, batches: list[dict[str, torch.Tensor]]) -> HeldOut:
     total_loss, top1, top5, count = 0.0, 0, 0, 0
     device = next(model.parameters()).device
     for batch in batches:
@@ -39,7 +44,6 @@ def evaluate_masked(model: torch.nn.Module, batches: list[dict[str, torch.Tensor
         top1 += int((best[:, 0] == target).sum())
         top5 += int((best == target[:, None]).any(dim=-1).sum())
         count += int(target.numel())
-    model.train(was_training)
     if count == 0:
         return HeldOut(float("nan"), 0.0, 0.0)
     return HeldOut(total_loss / count, top1 / count, top5 / count)
