@@ -25,6 +25,10 @@ is taught here once.
   or not, for layers without `is_causal` flags), and whether real tokens see the ids the attention mask
   hides (ConvBERT's convolution, MobileBERT's trigram embedding, FNet), which padding-free cannot pack.
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
+* `attention_spans(model)`: the window and chunk sizes its attention layers apply (`sliding_window`:
+  Mistral, Gemma-2/3, Qwen2 with `use_sliding_window`, Phi-3, Cohere2, GPT-OSS; ModernBERT's
+  `local_attention`; Llama-4's `attention_chunk_size`), those below its position limit; `[]` when every
+  layer attends the whole sequence. `layer_types(model)`: the config's per-layer attention kinds.
 * `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
   Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
   what regional compilation compiles once and reuses.
@@ -277,6 +281,34 @@ def position_offset(model: nn.Module) -> int:
     return 0
 
 
+SPAN_FIELDS = ("sliding_window", "local_attention", "attention_chunk_size", "attention_window")
+
+
+def _text_config(model: nn.Module):
+    config = unwrap(model).config
+    return config.get_text_config() if hasattr(config, "get_text_config") else config
+
+
+def attention_spans(model: nn.Module) -> list[int]:
+    """Window and chunk sizes (tokens) the attention applies, sorted; those at or above the position limit
+    (`max_position_embeddings`) never bind and are left out."""
+    config = _text_config(model)
+    limit = getattr(config, "max_position_embeddings", None) or float("inf")
+    spans = set()
+    for name in SPAN_FIELDS:
+        value = getattr(config, name, None)
+        for span in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(span, int) and not isinstance(span, bool) and 0 < span < limit:
+                spans.add(span)
+    return sorted(spans)
+
+
+def layer_types(model: nn.Module) -> list[str]:
+    """The config's attention kind of each layer ("full_attention", "sliding_attention", ...), or []."""
+    kinds = getattr(_text_config(model), "layer_types", None)
+    return [str(kind) for kind in kinds] if isinstance(kinds, (list, tuple)) else []
+
+
 def output_projection(model: nn.Module) -> nn.Module | None:
     """The module that makes the logits (`get_output_embeddings()`; a PEFT `modules_to_save` wrapper as is)."""
     get_output = getattr(unwrap(model), "get_output_embeddings", None)
@@ -311,8 +343,7 @@ def input_embedding(model: nn.Module) -> nn.Module | None:
 
 def final_logit_softcapping(model: nn.Module) -> float | None:
     """Gemma-2's `logits = c * tanh(logits / c)` cap c, or None."""
-    config = unwrap(model).config
-    config = config.get_text_config() if hasattr(config, "get_text_config") else config
+    config = _text_config(model)
     cap = getattr(config, "final_logit_softcapping", None)
     return float(cap) if cap else None
 

@@ -10,9 +10,15 @@ number a left-padded sequence from its first pad, so packing it would change the
   (a token-weighted sum) nor to pooled outputs (gathered per sequence, in batch order);
 * `position_ids` [R, C]: restart at every sequence, plus `position_offset` (RoBERTa counts positions
   from padding_idx + 1);
-* `attention_mask` [R, 1, C, C] bool: a token attends only to tokens of its own sequence (and, for
-  causal models, only to earlier ones). The unused tail of a row is its own block, so no softmax row
-  is empty;
+* `attention_mask`, by the spec's `mask` (how the model is told where each sequence ends):
+  - "block": [R, 1, C, C] bool, a token attends only to tokens of its own sequence (and, for causal
+    models, only to earlier ones). The unused tail of a row is its own block, so no softmax row is
+    empty. Every layer gets this one mask: right only for models whose layers share one rule;
+  - "positions" and "layers": [R, C], 1 on real tokens and 0 on the tail (what stock's mask sums
+    to). The model-side hook (padding_free.py) removes it before the model runs: with "positions"
+    the model builds every layer's own mask (sliding window, chunks, its own overlays) from the
+    restarting `position_ids`, as Transformers' `masking_utils` does for packed rows; with "layers"
+    the hook builds one mask per layer type from the segment ids below;
 * labels: -100 on the tail; for causal models also on each sequence's first token, which the shifted
   loss would otherwise make the previous sequence's last token predict. Stock never scores that
   label either (it sits at position 0 of its padded row), so the loss is unchanged;
@@ -20,12 +26,15 @@ number a left-padded sequence from its first pad, so packing it would change the
   gives each sequence's first token as an index into the flattened [R * C] rows;
 * `turbotrain_padded_labels`: the padded labels, so that Trainer counts `num_items_in_batch` on the
   very labels stock would see (its rule depends on the model's `loss_type`).
+* `turbotrain_segments` [R, C]: which sequence (batch index) each token belongs to; the tail of row r
+  is its own segment B + r;
 * `turbotrain_real_tokens`: the number of real tokens (what the padded attention mask sums to), for
   trainers that count tokens from the mask (TRL's `num_tokens` metric).
 The `turbotrain_` keys are removed by the model-side hook before the model runs.
 
 Waste: only each row's tail, under one sequence per row; stock dynamic padding wastes
-B * L - sum(lengths). Attention inside a row is dense with a block-diagonal mask: (C^2 per row).
+B * L - sum(lengths). Attention inside a row is dense with a block-diagonal mask: (C^2 per row), with
+every mode (the "positions" and "layers" masks are made on the model's device instead of the host).
 """
 
 from __future__ import annotations
@@ -40,7 +49,9 @@ from turbotrain.utils.warnings import warn_once
 SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
 REAL_TOKENS = "turbotrain_real_tokens"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS)
+SEGMENTS = "turbotrain_segments"
+PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS)
+MASK_MODES = ("block", "positions", "layers")
 
 
 @dataclass(frozen=True)
@@ -52,6 +63,7 @@ class PackingSpec:
     position_offset: int = 0
     multiple_of: int = 8
     shifted_labels: bool | None = None  # the loss predicts the next token (causal LM); None: same as `causal`
+    mask: str = "block"  # how the packed rows' attention is masked: one of MASK_MODES (module docstring)
 
     @property
     def shifts_labels(self) -> bool:
@@ -75,8 +87,9 @@ def _round_up(value: int, multiple: int) -> int:
     return -(-value // multiple) * multiple
 
 
-def pack_batch(batch: dict, spec: PackingSpec) -> dict:
-    """The packed form of `batch` (see the module docstring). Padding-free batches come back unchanged."""
+def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
+    """The packed form of `batch` (see the module docstring). Padding-free batches come back unchanged.
+    `min_capacity`: rows hold at least this many tokens (the self-check packs two long sequences in one)."""
     tokens = batch["attention_mask"].bool()
     if tokens.all():
         return batch
@@ -88,7 +101,7 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
         return batch
     batch_size, _ = tokens.shape
     lengths = tokens.sum(1)
-    capacity = _round_up(int(lengths.max()), spec.multiple_of)
+    capacity = _round_up(max(int(lengths.max()), min_capacity), spec.multiple_of)
     placements = plan_rows(lengths.tolist(), capacity)
     num_rows = max(row for row, _ in placements) + 1
     starts = torch.tensor([row * capacity + offset for row, offset in placements], dtype=torch.long)
@@ -115,7 +128,12 @@ def pack_batch(batch: dict, spec: PackingSpec) -> dict:
         if spec.shifts_labels:
             packed["labels"].view(-1)[starts] = IGNORE_INDEX
     packed["position_ids"] = (positions + spec.position_offset).view(num_rows, capacity)
-    packed["attention_mask"] = _block_mask(segment.view(num_rows, capacity), spec.causal)
+    segments = segment.view(num_rows, capacity)
+    if spec.mask == "block":
+        packed["attention_mask"] = _block_mask(segments, spec.causal)
+    else:
+        packed["attention_mask"] = (~tail).long().view(num_rows, capacity)
+    packed[SEGMENTS] = segments
     packed[SEQUENCE_STARTS] = starts
     packed[REAL_TOKENS] = lengths.sum()
     return packed

@@ -32,20 +32,41 @@ Mamba layers, linear attention, short convolutions carry state along a row: `car
 per output after the loss), and any model whose self-check (padded vs packed loss on a small
 synthetic batch of uneven lengths) disagrees.
 
+Layers with their own rule (sliding windows: Mistral, Gemma-2/3, Qwen2, Phi-3, Cohere2, GPT-OSS;
+ModernBERT's local band; Llama-4's chunks: `modeling.attention_spans`) must not be handed one
+block-diagonal mask: it would let a sliding layer see its whole sequence (a Gemma-3 row of 2,000
+tokens 4x further than its 512-token window; losses differed from stock by 1e-3). The spec's mask
+mode says how packed rows are masked instead (packing.py):
+* "block" (models without windows or chunks): the block-diagonal mask, as before;
+* "positions" (causal models with windows or chunks): no 4-D mask; the restarting `position_ids` let
+  the model's own `masking_utils` calls build every layer's mask, packed (each layer type's rule, with
+  positions counted within each sequence, and any `and_mask_function`/`or_mask_function` the model
+  adds), as Transformers does for packed rows; `use_cache=False` so that no cache hides the packing;
+* "layers" (bidirectional models with windows: ModernBERT; causal ones whose mask ignores
+  `position_ids`: GPT-OSS): one mask per `config.layer_types` kind, made by the `masking_utils`
+  function the model uses for that kind, packed (layer_masks.py).
+A causal model tries "positions", then "layers"; the first whose self-check passes is kept, and a model
+that passes neither (or whose layer kinds have no builder) is refused.
+The self-check packs sequences longer than the largest window or chunk, two of them sharing a row,
+and compares every real token's output as well as the loss.
+
 Only causal LMs lose each sequence's first label in the packed rows (their shifted loss never reads
 it); token classification keeps every label where it is, on decoders (GPT-2, Llama) too.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
+from dataclasses import replace
 
 import torch
 from torch import nn
 
 from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.packing import PRIVATE_KEYS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
+from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
@@ -77,14 +98,32 @@ def _task(model: nn.Module) -> str | None:
     return "per_token" if task in PER_TOKEN_TASKS else None
 
 
-def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
+def packing_spec(model: nn.Module, multiple_of: int = 8, mask: str | None = None) -> PackingSpec:
+    """What packing must know of `model`; `mask`: the mask mode (default: the first of `mask_modes`)."""
+    causal = modeling.has_causal_attention(model)
     return PackingSpec(
-        causal=modeling.has_causal_attention(model),
+        causal=causal,
         pad_token_id=modeling.pad_token_id(model),
         position_offset=modeling.position_offset(model),
         multiple_of=multiple_of,
-        shifted_labels=modeling.is_causal_lm(model),
-    )  # a decoder's token classifier: no shift
+        shifted_labels=modeling.is_causal_lm(model),  # a decoder's token classifier: no shift
+        mask=mask or mask_modes(model, causal)[0],
+    )
+
+
+def mask_modes(model: nn.Module, causal: bool) -> list[str]:
+    """The mask modes to try for `model`, best first (module docstring): "block" unless its layers window or
+    chunk attention."""
+    if not modeling.attention_spans(model):
+        return ["block"]
+    return ["positions", "layers"] if causal else ["layers"]
+
+
+def _takes(module: nn.Module, name: str) -> bool:
+    try:
+        return name in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 class PaddingFree(HookedPass):
@@ -128,10 +167,18 @@ class PaddingFree(HookedPass):
         if SEQUENCE_STARTS not in kwargs:
             return None
         self._starts = kwargs[SEQUENCE_STARTS]
+        segments = kwargs[SEGMENTS]
         kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
-        mask = kwargs.get("attention_mask")
-        if mask is not None and mask.dim() == 4 and hf_boundary.attention_implementation(module.config) == "eager":
-            dtype = next(module.parameters()).dtype
+        mask, dtype = kwargs.get("attention_mask"), next(module.parameters()).dtype
+        if self.spec.mask == "positions":  # the model masks each layer from the restarting position_ids
+            kwargs.pop("attention_mask", None)
+            kwargs["use_cache"] = False
+        elif self.spec.mask == "layers":
+            inner, causal = modeling.unwrap(module), self.spec.causal
+            positions = kwargs["position_ids"] - self.spec.position_offset
+            kinds = modeling.layer_types(inner)
+            kwargs["attention_mask"] = layer_masks(inner.config, segments, positions, dtype, kinds, causal)
+        elif mask is not None and mask.dim() == 4 and hf_boundary.attention_implementation(module.config) == "eager":
             kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(dtype).min
             )
@@ -141,12 +188,28 @@ class PaddingFree(HookedPass):
         self._starts = None
 
 
+def check_lengths(model: nn.Module) -> tuple[list[int], int]:
+    """Sequence lengths for the self-check, and the least row capacity to pack them with.
+
+    Without windows: 6, 2 and 9 tokens. With a largest window or chunk w: w + 2 and w + 1 tokens, which
+    share one row (capacity 2w + 3 and up), and 3: each long sequence outruns the window, and the second
+    sits where its row's positions run past w."""
+    spans = modeling.attention_spans(model)
+    if not spans:
+        return [6, 2, 9], 0
+    window = spans[-1]
+    return [window + 2, window + 1, 3], 2 * window + 6
+
+
 def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | None:
-    """Padded vs packed loss on a small uneven batch, then `carries_state`; a description of the problem, or None."""
-    # three sequences of lengths 6, 2 and 9, right-padded; labels fit the task (class ids for classifiers)
-    padded = modeling.synthetic_batch(model, [6, 2, 9], seed=4321, ignore_every=0 if installed.spec.causal else 3)
-    packed = _packed(padded, installed.spec, next(model.parameters()).device)
+    """Padded vs packed loss and per-token outputs on an uneven batch longer than any window, then
+    `carries_state`; a description of the problem, or None."""
+    lengths, capacity = check_lengths(model)
+    padded = modeling.synthetic_batch(model, lengths, seed=4321, ignore_every=0 if installed.spec.causal else 3)
+    packed = _packed(padded, installed.spec, next(model.parameters()).device, capacity)
     problem = compare_losses(model, lambda: model(**padded), lambda: model(**packed), "packed")
+    if problem is None:
+        problem = compare_token_outputs(model, padded, packed)
     if problem is None and carries_state(model, installed.spec):
         problem = (
             "a sequence's outputs change with the sequence packed before it in a row (state carried along the "
@@ -155,9 +218,35 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     return problem
 
 
-def _packed(padded: dict, spec: PackingSpec, device) -> dict:
-    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, spec)
+def _packed(padded: dict, spec: PackingSpec, device, capacity: int = 0) -> dict:
+    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, spec, min_capacity=capacity)
     return {k: v.to(device) for k, v in packed.items()}
+
+
+def compare_token_outputs(model: nn.Module, padded: dict, packed: dict) -> str | None:
+    """None when every real token's logits (per-sequence logits for a pooling classifier) agree between the
+    padded and the packed forward (1e-4 of the largest in fp32, 2e-2 otherwise), else what differs. A loss
+    hides a change at a few tokens (ModernBERT's local band moved the loss by 1.7e-5 only)."""
+    try:
+        with training_mode(model, False), torch.no_grad():
+            stock, rewritten = model(**padded).logits, model(**packed).logits
+    except Exception as error:
+        return f"the packed forward raised {type(error).__name__}: {error}"
+    tokens = padded["attention_mask"].bool()
+    if stock.dim() == 3:  # [B, L, V] -> [N, V], real tokens in batch order; packed [R, C, V] at the same tokens
+        lengths = tokens.sum(1)
+        within = torch.arange(int(lengths.sum()), device=lengths.device) - torch.repeat_interleave(
+            lengths.cumsum(0) - lengths, lengths
+        )
+        places = torch.repeat_interleave(packed[SEQUENCE_STARTS].to(lengths.device), lengths) + within
+        stock, rewritten = stock[tokens], rewritten.reshape(-1, rewritten.shape[-1])[places]
+    if stock.shape != rewritten.shape:
+        return f"packed outputs have shape {tuple(rewritten.shape)}, stock {tuple(stock.shape)}"
+    tolerance = 1e-4 if stock.dtype == torch.float32 else 2e-2
+    gap, scale = (stock.float() - rewritten.float()).abs().max().item(), stock.float().abs().max().item()
+    if not gap <= tolerance * max(scale, 1e-6):
+        return f"packed outputs differ from stock by up to {gap:.3g} (largest output {scale:.3g})"
+    return None
 
 
 def carries_state(model: nn.Module, spec: PackingSpec) -> bool:
@@ -199,6 +288,33 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
     return None
 
 
+def _mask_refusal(model: nn.Module, spec: PackingSpec) -> str | None:
+    """Why `spec.mask` cannot mask this model's packed rows, or None."""
+    if spec.mask == "positions" and not _takes(modeling.unwrap(model), "position_ids"):
+        return "its layers window or chunk attention and it takes no position_ids to mask each packed sequence by"
+    if spec.mask == "layers":
+        kinds = modeling.layer_types(model)
+        unknown = unsupported_layer_types(kinds, spec.causal) if kinds else ["no config.layer_types"]
+        if unknown:
+            return f"its layers window attention in a way packing cannot mask ({', '.join(unknown)})"
+    return None
+
+
+def _install_exact(model: nn.Module, task: str, specs: list[PackingSpec], check: bool):
+    """(the installed pass, None) for the first spec that masks this model exactly, else (None, why not)."""
+    problems = []
+    for spec in specs:
+        problem = _mask_refusal(model, spec)
+        if problem is None:
+            installed = PaddingFree(model, spec, pools=task == "sequence_classification")
+            problem = self_check(model, installed, task) if check else None
+            if problem is None:
+                return installed, None
+            installed.remove()
+        problems.append(problem if len(specs) == 1 else f"{spec.mask} masks: {problem}")
+    return None, "; ".join(problems)
+
+
 def apply_padding_free(
     model: nn.Module, check: bool = True, multiple_of: int = 8, with_dropout: bool = False
 ) -> PaddingFree | None:
@@ -213,11 +329,9 @@ def apply_padding_free(
     problem = _refusal(model, task, spec) or (None if with_dropout else _random_draws_refusal(model))
     installed = None
     if problem is None:
-        installed = PaddingFree(model, spec, pools=task == "sequence_classification")
-        problem = self_check(model, installed, task) if check else None
+        specs = [replace(spec, mask=mode) for mode in mask_modes(model, spec.causal)]
+        installed, problem = _install_exact(model, task, specs, check)
     if problem is not None:
-        if installed is not None:
-            installed.remove()
         warn_once(f"turbotrain: padding-free left {name} padded: {problem}.")
         return None
     rate = modeling.dropout_rate(model)

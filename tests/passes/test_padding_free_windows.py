@@ -1,0 +1,200 @@
+"""Packed rows give each layer the mask stock gives it: sliding windows, local bands and chunks, with sequences
+longer than the window (every earlier test used sequences shorter than every default window, so a packed
+row that handed one block-diagonal mask to every layer passed them all: Gemma-3 1.6e-3, Mistral 1.2e-3,
+Qwen2 7.4e-4, ModernBERT 1.7e-5 relative loss off)."""
+
+from __future__ import annotations
+
+import copy
+import warnings
+
+import pytest
+import torch
+
+from tests.parity import assert_same, loss_and_grads
+from tests.tiny_models import padded_batch
+from turbotrain import optimize
+from turbotrain.passes.padding_free import check_lengths, compare_token_outputs, self_check
+from turbotrain.utils.warnings import TurbotrainWarning
+
+VOCAB = 97
+WINDOW = 8
+LENGTHS = [40, 13, 27, 5, 9]  # all but one longer than the window; 13 + 27 share a row with 40's capacity
+BODY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=4, max_position_embeddings=256)
+DECODER = dict(BODY, num_attention_heads=4, num_key_value_heads=2, head_dim=8, pad_token_id=0, attention_dropout=0.0)
+
+
+def _gemma3(implementation="sdpa"):
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    kinds = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
+    return Gemma3ForCausalLM(
+        Gemma3TextConfig(**DECODER, sliding_window=WINDOW, layer_types=kinds, attn_implementation=implementation)
+    )
+
+
+def _gemma2():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM(Gemma2Config(**DECODER, sliding_window=WINDOW, attn_implementation="eager"))
+
+
+def _mistral():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return MistralForCausalLM(MistralConfig(**DECODER, sliding_window=WINDOW, attn_implementation="sdpa"))
+
+
+def _qwen2(task="lm"):
+    from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen2ForTokenClassification
+
+    config = Qwen2Config(
+        **DECODER, sliding_window=WINDOW, use_sliding_window=True, max_window_layers=2, attn_implementation="sdpa",
+        classifier_dropout=0.0,
+    )  # fmt: skip
+    return (Qwen2ForCausalLM if task == "lm" else Qwen2ForTokenClassification)(config)
+
+
+def _qwen3():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(
+        **DECODER, sliding_window=WINDOW, use_sliding_window=True, max_window_layers=1, attn_implementation="sdpa"
+    )
+    return Qwen3ForCausalLM(config)
+
+
+def _phi3():
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    return Phi3ForCausalLM(
+        Phi3Config(**DECODER, sliding_window=WINDOW, resid_pdrop=0.0, embd_pdrop=0.0, attn_implementation="sdpa")
+    )
+
+
+def _cohere2():
+    from transformers import Cohere2Config, Cohere2ForCausalLM
+
+    kinds = ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]
+    return Cohere2ForCausalLM(
+        Cohere2Config(**DECODER, sliding_window=WINDOW, layer_types=kinds, attn_implementation="sdpa")
+    )
+
+
+def _gpt_oss():
+    from transformers import GptOssConfig, GptOssForCausalLM
+
+    kinds = ["sliding_attention", "full_attention"] * 2
+    config = GptOssConfig(
+        **DECODER, sliding_window=WINDOW, layer_types=kinds, num_local_experts=4, num_experts_per_tok=2,
+        attn_implementation="eager",
+    )  # fmt: skip
+    return GptOssForCausalLM(config)
+
+
+def _modernbert(implementation="sdpa"):
+    from transformers import ModernBertConfig, ModernBertForMaskedLM
+
+    config = ModernBertConfig(
+        **BODY, num_attention_heads=4, local_attention=WINDOW, global_attn_every_n_layers=3, pad_token_id=0,
+        bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2, attn_implementation=implementation,
+        attention_dropout=0.0, embedding_dropout=0.0, mlp_dropout=0.0,
+    )  # fmt: skip
+    return ModernBertForMaskedLM(config)
+
+
+# family -> (builder, the mask mode padding-free must choose)
+FAMILIES = {
+    "gemma3": (_gemma3, "positions"),
+    "gemma3-eager": (lambda: _gemma3("eager"), "positions"),
+    "gemma2": (_gemma2, "positions"),
+    "mistral": (_mistral, "positions"),
+    "qwen2": (_qwen2, "positions"),
+    "qwen2-token-cls": (lambda: _qwen2("tok"), "positions"),
+    "qwen3": (_qwen3, "positions"),
+    "phi3": (_phi3, "positions"),
+    "cohere2": (_cohere2, "positions"),
+    "gpt-oss": (_gpt_oss, "layers"),  # its mask ignores position_ids: "positions" fails its self-check
+    "modernbert": (_modernbert, "layers"),
+    "modernbert-eager": (lambda: _modernbert("eager"), "layers"),
+}
+
+
+def _build(family: str):
+    torch.manual_seed(0)
+    model = FAMILIES[family][0]()
+    if family.startswith("modernbert"):  # ModernBERT's own init leaves its head tiny: a real spread of logits
+        with torch.no_grad():
+            model.head.dense.weight.normal_(0, 0.5)
+    return model
+
+
+def _batch(model, family, lengths=LENGTHS, seed=0):
+    task = "tok" if family.endswith("token-cls") else "lm"
+    batch = padded_batch(lengths, task=task, keep=0.6, seed=seed, pad_token_id=0)
+    if task == "tok":
+        batch["labels"] = batch["labels"].clamp(max=model.config.num_labels - 1)
+    return batch
+
+
+@pytest.mark.parametrize("label_sparsity", [False, True], ids=["dense-head", "label-sparsity"])
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_packed_rows_keep_every_layers_window(family, label_sparsity):
+    model = _build(family)
+    stock = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", ".*padding-free", TurbotrainWarning)  # no refusal: the pass applies
+        report = optimize(model, label_sparsity=label_sparsity, embedding_grad=False)
+    assert report.padding_free is not None
+    assert report.padding_free.spec.mask == FAMILIES[family][1]
+    padded = _batch(model, family)
+    packed = report.collator(lambda features: features)(dict(padded))
+    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # sequences really share rows
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+def test_one_block_mask_for_every_layer_is_what_the_self_check_now_sees():
+    # the mask this pass used to hand every layer: the per-token comparison must call it out
+    from turbotrain.passes.padding_free import PaddingFree, packing_spec
+
+    model = _build("gemma3")
+    installed = PaddingFree(model, packing_spec(model, mask="block"), pools=False)
+    problem = self_check(model, installed, "per_token")
+    assert problem is not None and "differ" in problem
+
+
+def test_modernberts_loss_hides_what_its_token_outputs_show():
+    # ModernBERT's local band moved the loss by ~1e-5 only, below the loss check; the per-token check sees it
+    from turbotrain import modeling
+    from turbotrain.passes.padding_free import PaddingFree, _packed, packing_spec
+
+    model = _build("modernbert")
+    spec = packing_spec(model, mask="block")  # one block-diagonal mask for every layer, as before the fix
+    PaddingFree(model, spec, pools=False)
+    lengths, capacity = check_lengths(model)
+    padded = modeling.synthetic_batch(model, lengths, seed=1)
+    problem = compare_token_outputs(model, padded, _packed(padded, spec, "cpu", capacity))
+    assert problem is not None and "differ" in problem
+
+
+def test_the_self_check_packs_sequences_longer_than_every_window():
+    lengths, capacity = check_lengths(_build("gemma3"))
+    assert min(lengths[:2]) > WINDOW and capacity >= lengths[0] + lengths[1]
+    assert check_lengths(_build("modernbert"))[0][0] > WINDOW
+
+
+def test_a_bidirectional_model_with_layer_kinds_packing_cannot_mask_is_refused():
+    model = _build("modernbert")
+    model.config.layer_types = ["chunked_attention"] * len(model.config.layer_types)
+    with pytest.warns(TurbotrainWarning, match="cannot mask"):
+        report = optimize(model, label_sparsity=False)
+    assert report.padding_free is None
+
+
+def test_windows_above_the_position_limit_never_bind():
+    from turbotrain import modeling
+
+    model = _build("mistral")
+    assert modeling.attention_spans(model) == [WINDOW]
+    model.config.sliding_window = model.config.max_position_embeddings
+    assert modeling.attention_spans(model) == []
