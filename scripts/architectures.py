@@ -4,6 +4,11 @@ Used by `scripts/architecture_sweep.py` (every text family in the task mappings)
 `tests/test_architectures.py` (a representative few). Nothing is downloaded: each model is built from
 `AutoConfig.for_model(model_type)` with the usual size attributes shrunk (hidden 32, 2 layers, 4 heads,
 2 kv heads, head_dim 8, FFN 64, vocabulary 1,000, 128 positions, 4 experts) and every dropout set to 0.
+Every window and chunk option is set below the examples' lengths (3..24 tokens: sliding windows 4,
+ModernBERT's local band 8, chunks 8, local windows 4), and a config whose `layer_types` mix kinds keeps
+one layer of each of its first two kinds, so that the paths where layers differ run (a tiny config whose
+windows outlast every sequence hid padding-free's sliding-window bug). Qwen2/Qwen3-style configs turn
+their sliding window on (`use_sliding_window`, one full layer first).
 
 `compare(model_type, task, steps)` trains the same weights on the same padded, variable-length batches
 with stock `Trainer` and with `TurboTrainer` (eager backend, `TurboTrainingArguments` defaults) and
@@ -50,6 +55,9 @@ SIZES = (  # (value, attribute names): an int attribute larger than value is set
     (4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
     (2, ("num_experts_per_tok", "num_selected_experts", "moe_topk", "top_k")),
 )
+# window and chunk options, each set to this size where the default is larger (all below the 3..24-token examples)
+WINDOWS = (("local_attention", 8), ("sliding_window", 4), ("attention_chunk_size", 8), ("window_size", 4))
+SLIDING_ON = dict(use_sliding_window=True, max_window_layers=1)  # Qwen2-style configs: windows off by default
 NON_TEXT_INPUTS = ("pixel_values", "input_features", "input_values", "bbox", "image", "audio")
 
 
@@ -85,7 +93,11 @@ def _shrink(config) -> None:
         if isinstance(current, float) and ("dropout" in name or "pdrop" in name or name.endswith("_drop")):
             setattr(config, name, 0.0)
         if name == "layer_types" and isinstance(current, list):
-            setattr(config, name, current[: getattr(config, "num_hidden_layers", LAYERS)])
+            setattr(config, name, _layer_types(current, getattr(config, "num_hidden_layers", LAYERS)))
+    for name, size in WINDOWS:
+        current = getattr(config, name, None)
+        if isinstance(current, int) and not isinstance(current, bool) and current > size:
+            setattr(config, name, size)
     for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id"):
         current = getattr(config, name, None)
         if isinstance(current, int) and current >= VOCAB:
@@ -96,10 +108,18 @@ def _shrink(config) -> None:
         config.decoder_start_token_id = config.pad_token_id
 
 
+def _layer_types(kinds: list, layers: int) -> list:
+    """`layers` layer kinds: the first `layers` kinds, or one of each of the first distinct kinds if they mix."""
+    distinct = list(dict.fromkeys(kinds))
+    return distinct[:layers] + kinds[len(distinct[:layers]) : layers] if len(distinct) > 1 else kinds[:layers]
+
+
 def tiny_config(model_type: str):
     """The family's default config, shrunk (its `text_config` too); raises Skip if it cannot be built."""
     try:
         config = AutoConfig.for_model(model_type)
+        if hasattr(config, "use_sliding_window"):
+            config = AutoConfig.for_model(model_type, **SLIDING_ON)
     except Exception as error:
         raise Skip(f"no config: {type(error).__name__}") from error
     try:

@@ -2,7 +2,8 @@
 
 The models are built generically from each family's config (`scripts/architectures.py`, the same builder
 as `scripts/architecture_sweep.py`, which runs every family): hidden 32, 2 layers, vocabulary 1,000, no
-dropout; padded batches of variable length. Two steps from the same weights must give the same losses
+dropout; padded batches of variable length (3..24 tokens) with every window and chunk option set below
+those lengths (sliding windows 4, local bands 8, chunks 8: the builder's `WINDOWS`). Two steps from the same weights must give the same losses
 (fp32, 1e-5 relative) and the same first-step gradients (1e-5 of each tensor's scale).
 """
 
@@ -24,6 +25,12 @@ CASES = [
     ("llama", "token-cls"),  # rope decoder, token classification packed without shift
     ("qwen2_moe", "causal-lm"),  # mixture of experts
     ("gemma2", "causal-lm"),  # final logit softcapping, sliding window
+    ("gemma3_text", "causal-lm"),  # sliding and full layers: per-layer masks from packed position_ids
+    ("mistral", "causal-lm"),  # one sliding window for every layer
+    ("qwen2", "causal-lm"),  # use_sliding_window: full layer, then sliding
+    ("cohere2", "causal-lm"),  # sliding and full layers, logit scale
+    ("gpt_oss", "causal-lm"),  # sliding and full layers, attention sinks, a mask that ignores position_ids
+    ("llama4_text", "causal-lm"),  # chunked attention: chunks counted from each packed sequence's start
     ("mpt", "token-cls"),  # a decoder without is_causal flags: causality from a forward probe, packed
     ("convbert", "token-cls"),  # a convolution over the sequence: padding-free refused
     ("bloom", "causal-lm"),  # alibi
