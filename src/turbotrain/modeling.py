@@ -296,11 +296,23 @@ def attention_spans(model: nn.Module) -> list[int]:
     limit = getattr(config, "max_position_embeddings", None) or float("inf")
     spans = set()
     for name in SPAN_FIELDS:
-        value = getattr(config, name, None)
-        for span in value if isinstance(value, (list, tuple)) else [value]:
+        for span in _config_values(config, name):
             if isinstance(span, int) and not isinstance(span, bool) and 0 < span < limit:
                 spans.add(span)
     return sorted(spans)
+
+
+def _config_values(config, name: str) -> list:
+    """`config.<name>` as a flat list; a heterogeneous config (per-layer attributes, which refuse global reads)
+    gives each layer's value."""
+    try:
+        values = [getattr(config, name, None)]
+    except Exception:
+        try:
+            values = [getattr(layer, name, None) for layer in config.per_layer_config]
+        except Exception:
+            values = []
+    return [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]
 
 
 def layer_types(model: nn.Module) -> list[str]:
