@@ -29,6 +29,10 @@ is taught here once.
   Mistral, Gemma-2/3, Qwen2 with `use_sliding_window`, Phi-3, Cohere2, GPT-OSS; ModernBERT's
   `local_attention`; Llama-4's `attention_chunk_size`), those below its position limit; `[]` when every
   layer attends the whole sequence. `layer_types(model)`: the config's per-layer attention kinds.
+* `length_dependent_rope(model)`: ("longrope", original limit) or ("dynamic", limit) where the rotary
+  frequencies depend on the batch's largest position (Phi-3's LongRoPE switches to its long factors past
+  `original_max_position_embeddings`; dynamic NTK rescales past `max_position_embeddings`, and keeps the
+  rescaled table for later calls), else None.
 * `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
   Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
   what regional compilation compiles once and reuses.
@@ -313,6 +317,25 @@ def _config_values(config, name: str) -> list:
         except Exception:
             values = []
     return [item for value in values for item in (value if isinstance(value, (list, tuple)) else [value])]
+
+
+def length_dependent_rope(model: nn.Module) -> tuple[str, int] | None:
+    """The rotary rule whose frequencies follow the largest position in a batch, and its length limit."""
+    config = _text_config(model)
+    parameters = getattr(config, "rope_parameters", None) or {}
+    tables = (
+        parameters.values() if all(isinstance(v, dict) for v in parameters.values()) and parameters else [parameters]
+    )
+    for table in tables:
+        kind = str(table.get("rope_type", table.get("type", "default")))
+        if kind == "longrope":
+            limit = table.get("original_max_position_embeddings") or getattr(
+                config, "original_max_position_embeddings", None
+            )
+            return ("longrope", int(limit or getattr(config, "max_position_embeddings", 0)))
+        if "dynamic" in kind:
+            return ("dynamic", int(getattr(config, "max_position_embeddings", 0)))
+    return None
 
 
 def layer_types(model: nn.Module) -> list[str]:

@@ -246,3 +246,58 @@ def test_gemma3_270m_shapes_with_its_own_512_token_window():
     packed = report.collator(lambda features: features)(dict(padded))
     assert packed["input_ids"].shape[0] == 2
     assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+def _phi3_longrope():
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    rope = dict(
+        rope_type="longrope", rope_theta=10_000.0, original_max_position_embeddings=16,
+        short_factor=[1.0, 1.1, 1.2, 1.3], long_factor=[2.0, 3.0, 5.0, 8.0],
+    )  # fmt: skip
+    config = Phi3Config(
+        **dict(DECODER, max_position_embeddings=64), rope_parameters=rope, original_max_position_embeddings=16,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_implementation="sdpa",
+    )  # fmt: skip
+    torch.manual_seed(0)
+    return Phi3ForCausalLM(config)
+
+
+def _padded_to(batch: dict, length: int) -> dict:
+    """`batch` right-padded with more pad columns (a collator's `pad_to_multiple_of` or `max_length`)."""
+    extra = length - batch["input_ids"].shape[1]
+    fills = {"input_ids": 0, "attention_mask": 0, "labels": -100}
+    return {k: torch.nn.functional.pad(v, (0, extra), value=fills[k]) for k, v in batch.items()}
+
+
+@pytest.mark.parametrize(
+    "lengths,padded_to,packs",
+    [([12, 5, 9], 12, True), ([12, 5, 9], 24, False), ([20, 5, 3], 24, True)],
+    ids=["both-short-factors", "stock-long-packed-short", "both-long-factors"],
+)
+def test_longrope_batches_pack_only_where_the_rotary_table_stays_stocks(lengths, padded_to, packs):
+    # Phi-3's LongRoPE picks its long factors when the batch's largest position passes the original limit
+    # (16 here): stock reads the padded length, a packed row its longest sequence
+    model = _phi3_longrope()
+    stock = copy.deepcopy(model)
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None and report.padding_free.spec.rope_rule == ("longrope", 16)
+    padded = _padded_to(padded_batch(lengths, keep=0.6, seed=2), padded_to)
+    packed = report.collator(lambda features: features)(dict(padded))
+    assert ("turbotrain_sequence_starts" in packed) == packs
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+def test_packing_past_longropes_limit_would_change_the_loss():
+    # the case above that stays padded, packed anyway: the loss moves (the test above would catch a regression)
+    from dataclasses import replace
+
+    from turbotrain.passes.padding_free import PaddingFree, packing_spec
+
+    model = _phi3_longrope()
+    spec = replace(packing_spec(model), rope_rule=None)
+    installed = PaddingFree(model, spec, pools=False)
+    padded = _padded_to(padded_batch([12, 5, 9], keep=0.6, seed=2), 24)
+    packed = installed.collator(lambda features: features)(dict(padded))
+    problem = compare_token_outputs(model, padded, packed)
+    assert problem is not None and "differ" in problem

@@ -2,7 +2,11 @@
 
 Input: a collated batch whose `attention_mask` [B, L] marks each sequence's tokens, right-padded.
 A left-padded batch is returned unchanged (one warning): models with absolute positions (BERT, GPT-2)
-number a left-padded sequence from its first pad, so packing it would change the numbers. Output, for `R` rows of capacity `C` (C = longest sequence, rounded up to `multiple_of`):
+number a left-padded sequence from its first pad, so packing it would change the numbers. So is a batch
+whose rotary frequencies packing would change (`rope_rule`): stock computes them from the padded row's
+length L, a packed row from its longest sequence, so a LongRoPE model (Phi-3) is packed only when both are
+on the same side of its original limit, and a dynamic-NTK one only when L is below its limit (past it
+the rescaled table depends on L and on earlier batches). Output, for `R` rows of capacity `C` (C = longest sequence, rounded up to `multiple_of`):
 
 * every per-token tensor [B, L] (input_ids, labels, token_type_ids, ...) becomes [R, C]; sequences are
   placed first-fit-decreasing (longest first, each into the first row with room), which fills rows
@@ -39,12 +43,15 @@ every mode (the "positions" and "layers" masks are made on the model's device in
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
 
 from turbotrain.modeling import IGNORE_INDEX
 from turbotrain.utils.warnings import warn_once
+
+logger = logging.getLogger("turbotrain")
 
 SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
@@ -64,6 +71,7 @@ class PackingSpec:
     multiple_of: int = 8
     shifted_labels: bool | None = None  # the loss predicts the next token (causal LM); None: same as `causal`
     mask: str = "block"  # how the packed rows' attention is masked: one of MASK_MODES (module docstring)
+    rope_rule: tuple[str, int] | None = None  # ("longrope" | "dynamic", length limit): modeling.length_dependent_rope
 
     @property
     def shifts_labels(self) -> bool:
@@ -99,8 +107,14 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
             "padding_side='right' to pack them)."
         )
         return batch
-    batch_size, _ = tokens.shape
+    batch_size, padded_length = tokens.shape
     lengths = tokens.sum(1)
+    if not _same_rotary_table(spec.rope_rule, padded_length, int(lengths.max())):
+        logger.info(
+            "turbotrain: padding-free left a batch of length %d padded: packing would change its rotary table",
+            padded_length,
+        )
+        return batch
     capacity = _round_up(max(int(lengths.max()), min_capacity), spec.multiple_of)
     placements = plan_rows(lengths.tolist(), capacity)
     num_rows = max(row for row, _ in placements) + 1
@@ -137,6 +151,17 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
     packed[SEQUENCE_STARTS] = starts
     packed[REAL_TOKENS] = lengths.sum()
     return packed
+
+
+def _same_rotary_table(rule: tuple[str, int] | None, padded_length: int, longest: int) -> bool:
+    """Whether a packed row (largest position: the longest sequence's) gets stock's rotary frequencies (largest
+    position: the padded row's)."""
+    if rule is None:
+        return True
+    kind, limit = rule
+    if kind == "longrope":
+        return (padded_length > limit) == (longest > limit)
+    return padded_length < limit
 
 
 def _fill(key: str, spec: PackingSpec) -> int:

@@ -108,6 +108,7 @@ def packing_spec(model: nn.Module, multiple_of: int = 8, mask: str | None = None
         multiple_of=multiple_of,
         shifted_labels=modeling.is_causal_lm(model),  # a decoder's token classifier: no shift
         mask=mask or mask_modes(model, causal)[0],
+        rope_rule=modeling.length_dependent_rope(model),
     )
 
 
