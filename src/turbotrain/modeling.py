@@ -24,7 +24,8 @@ is taught here once.
   shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
   or not, for layers without `is_causal` flags), and whether real tokens see the ids the attention mask
   hides (ConvBERT's convolution, MobileBERT's trigram embedding, FNet), which padding-free cannot pack.
-* `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
+* `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1);
+  `max_positions(model)`: the longest sequence its position table allows, that offset taken off.
 * `repeated_blocks(model)`: the model's stack of identical layers (GPT-2's `h`, BERT's `encoder.layer`,
   Llama's `layers`): the largest `nn.ModuleList` whose children are all of one class (at least two),
   what regional compilation compiles once and reuses.
@@ -54,7 +55,7 @@ SEQ2SEQ_LM = "seq2seq-lm"
 SEQUENCE_CLASSIFICATION = "sequence-classification"
 TOKEN_CLASSIFICATION = "token-classification"
 TASKS = (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM, SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION)
-PER_TOKEN_TASKS = (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM, TOKEN_CLASSIFICATION)
+PER_TOKEN_TASKS = (MASKED_LM, CAUSAL_LM, TOKEN_CLASSIFICATION)  # labels [B, T] aligned with input_ids [B, T]
 
 # checked in this order: a class in several mappings takes the first (seq2seq before causal: BART's
 # `BartForCausalLM` is causal, `BartForConditionalGeneration` is seq2seq)
@@ -275,6 +276,13 @@ def position_offset(model: nn.Module) -> int:
     if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
         return int(embeddings.padding_idx) + 1
     return 0
+
+
+def max_positions(model: nn.Module) -> int:
+    """The longest sequence the model's position table allows (4096 where its config names no limit)."""
+    config = unwrap(model).config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
+    return int(positions) - position_offset(model)
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:

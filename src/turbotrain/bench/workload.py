@@ -31,7 +31,7 @@ from transformers import (
 
 from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
 from turbotrain.data.variable import build_variable_length_data
-from turbotrain.models import ModelShape
+from turbotrain.pretrain.shape import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
 TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")

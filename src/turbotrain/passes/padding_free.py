@@ -52,7 +52,6 @@ from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-PER_TOKEN_TASKS = (modeling.MASKED_LM, modeling.CAUSAL_LM, modeling.TOKEN_CLASSIFICATION)
 MASKED_ATTENTION = {"sdpa", "eager"}
 
 
@@ -74,7 +73,7 @@ def _task(model: nn.Module) -> str | None:
     task = modeling.task_of(model)
     if task == modeling.SEQUENCE_CLASSIFICATION:
         return "sequence_classification"
-    return "per_token" if task in PER_TOKEN_TASKS else None
+    return "per_token" if task in modeling.PER_TOKEN_TASKS else None
 
 
 def packing_spec(model: nn.Module, multiple_of: int = 8) -> PackingSpec:
