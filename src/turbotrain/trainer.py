@@ -8,7 +8,8 @@ which forwards them to the public `turbo_*` methods here:
 * `__init__`: after the Trainer class has built itself (a subclass may have wrapped the model, e.g.
   TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
   options (`TurboOptions.without` what the backend turns off, then the passes this trainer's loss refuses:
-  `passes.registry.trainer_refusals`), choose the fused AdamW, and install the
+  `passes.registry.trainer_refusals`), choose the fused AdamW (`turbo_optim`, which Trainer's optimizer
+  is created with: `get_optimizer_cls_and_kwargs`; the arguments keep their `optim`), and install the
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
@@ -25,9 +26,10 @@ which forwards them to the public `turbo_*` methods here:
   or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
 
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
-for them (one warning; its `refused_by_trainer`, passes/registry.py) instead of changing the numbers. Padding-free packing changes a batch's rows, so
+for them (one warning) instead of changing the numbers. Padding-free packing changes a batch's rows, so
 it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
-(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). TRL's `fused_lm_head` calls are
+(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
+`refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
 
@@ -38,10 +40,12 @@ gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 
 from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
+from transformers.training_args import OptimizerNames
 
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
@@ -79,7 +83,7 @@ class TurboMixin(TrainerBoundary):
             name: f"not used with backend {self.backend.name}: {why}" for name, why in self.backend.turns_off.items()
         }
         self.turbo_refused = {**by_backend, **refused_here}
-        self.args.optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
+        self.turbo_optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
             self.model = self.model_wrapped = self._prepare_model(self.model)
@@ -93,7 +97,15 @@ class TurboMixin(TrainerBoundary):
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
         missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
-        return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.args.optim, missing)
+        return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
+
+    def get_optimizer_cls_and_kwargs(self, args, model=None):
+        """Trainer's optimizer class and arguments for `args`, with `optim` the one this run uses (the fused
+        AdamW where the device has it: `turbo_optim`); the user's arguments keep their own `optim`."""
+        if getattr(self, "turbo_optim", None) not in (None, getattr(args.optim, "value", args.optim)):
+            args = copy.copy(args)
+            args.optim = OptimizerNames(self.turbo_optim)
+        return super().get_optimizer_cls_and_kwargs(args, model)
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(
@@ -140,14 +152,11 @@ class TurboMixin(TrainerBoundary):
 
     @contextlib.contextmanager
     def turbo_checkpoint(self, folder: str, output_dir: str):
-        """Around Trainer's save of `folder`: begin, then commit once on disk, then rotate old checkpoints."""
+        """Around Trainer's save of `folder` (its own rotation deferred by the boundary): begin, then commit once on
+        disk, then rotate old checkpoints."""
         if self.args.should_save:
             checkpoints.begin(folder)
-        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate only after the commit
-        try:
-            yield
-        finally:
-            self.args.save_total_limit = limit
+        yield
         if self.args.should_save:
             checkpoints.commit(folder)
             rotate_checkpoints(self, output_dir)
