@@ -73,9 +73,9 @@ def test_summary_says_when_auto_chunked_cross_entropy_is_used(tmp_path):
     from tests.tiny_models import llm
 
     auto = turbo_trainer("llama", tmp_path, model=llm(vocab=50_000))
-    assert "chunked_ce (auto: calls with more than 335 kept rows (64 MB of logits))" in auto.turbo_summary()
+    assert "chunked_cross_entropy (auto: calls with more than 335 kept rows (64 MB of logits))" in auto.turbo_summary()
     always = turbo_trainer("llama", tmp_path, model=llm(vocab=50_000), chunked_cross_entropy="always")
-    assert "passes: label_sparsity, chunked_ce," in always.turbo_summary()
+    assert "passes: label_sparsity, chunked_cross_entropy," in always.turbo_summary()
 
 
 def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
@@ -86,3 +86,20 @@ def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
     trainer = turbo_trainer("roberta", tmp_path, model=make("roberta", task="cls"), max_steps=1)
     assert trainer.turbo_report.label_sparsity is None
     assert "label_sparsity" not in trainer.turbo_summary()
+
+
+def test_a_trainer_with_its_own_loss_says_why_padding_free_steps_aside(tmp_path):
+    from transformers import Trainer
+
+    from tests.tiny_models import make
+    from tests.trainer_helpers import COMMON, dataset
+    from turbotrain import TurboTrainingArguments, turbo
+
+    class OwnLoss(Trainer):
+        def compute_loss(self, model, inputs, *args, **kwargs):
+            return super().compute_loss(model, inputs, *args, **kwargs)
+
+    args = TurboTrainingArguments(output_dir=str(tmp_path), **COMMON)
+    trainer = turbo(OwnLoss)(model=make("roberta", dropout=False), args=args, train_dataset=dataset())
+    assert not trainer.turbo_options.padding_free and trainer.turbo_report.padding_free is None
+    assert "padding_free (TurboOwnLoss computes its own loss, which may read rows)" in trainer.turbo_summary()

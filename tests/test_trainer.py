@@ -141,3 +141,10 @@ def test_optimize_gives_a_plain_trainer_the_same_losses_and_the_sparse_head(tmp_
     assert "label_sparsity" in report.applied
     assert_losses_close(plain, stock)
     assert rows_seen and all(n < 4 * 37 for n in rows_seen)  # the head saw kept rows, not batch x length
+
+
+def test_the_fused_adamw_is_used_and_the_arguments_keep_their_optim(tmp_path):
+    trainer = turbo_trainer("roberta", tmp_path, optim="adamw_torch", max_steps=1)
+    optimizer = trainer.create_optimizer()
+    assert trainer.args.optim == "adamw_torch" and trainer.turbo_optim == "adamw_torch_fused"
+    assert optimizer.defaults["fused"] is True and "optim adamw_torch_fused" in trainer.turbo_summary()

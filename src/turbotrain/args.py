@@ -1,13 +1,14 @@
 """`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's options (`TurboOptions`).
 
 Everything TrainingArguments accepts keeps its meaning. turbotrain's options are declared once, in
-`TurboOptions` (a frozen dataclass: name, type, default, help); `TurboTrainingArguments` carries the
-same fields, so they work as keyword arguments, in `to_dict()` and on the command line
-(`HfArgumentParser`). They flow one way: the arguments are checked once at construction (values,
-types, and `backend_options` against the chosen backend's typed options class), the trainer reads them
-once (`TurboOptions.from_args`) and computes the effective options for its backend (`without`);
-nobody writes them back. What each option does is documented where it is implemented; the README's
-option table links there.
+`TurboOptions` (a frozen dataclass: name, type, default, help): the backend's and the token budget here,
+and one field per option each pass registers (passes/registry.py, with its help in the pass's module).
+`TurboTrainingArguments` carries the same fields, so they work as keyword arguments, in `to_dict()` and
+on the command line (`HfArgumentParser`). They flow one way: the arguments are checked once at
+construction (values, types, and `backend_options` against the chosen backend's typed options class),
+the trainer reads them once (`TurboOptions.from_args`) and computes the effective options for its
+backend and its own loss (`without`, `switched_off`); nobody writes them back. What each option does is
+documented where it is implemented; the README's option table links there.
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -21,30 +22,30 @@ from dataclasses import MISSING, dataclass, field, fields, replace
 import torch
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
-from turbotrain.backends import AUTO, resolve_backend_name, valid_choices
-from turbotrain.backends.registry import options_class_for
-from turbotrain.passes.chunked_ce import MODES as CHUNKED_CE_MODES
+from turbotrain.backends import AUTO, backend_class
+from turbotrain.passes import registry
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
-OFF_VALUES = {"chunked_cross_entropy": "never"}  # what "off" is for the options that are not plain switches
-SWITCHES = (
-    "label_sparsity",
-    "fused_optimizer",
-    "padding_free",
-    "padding_free_with_dropout",
-    "embedding_grad",
-    "fused_activation",
-)
 
 
 def _help(text: str) -> dict:
     return {"help": text}
 
 
-@dataclass(frozen=True)
+def _with_pass_options(cls):
+    """Give `cls` one field per option the registered passes declare (in pass order), then make it a frozen
+    dataclass."""
+    for option in registry.options_for_turbo_options():
+        cls.__annotations__[option.name] = option.type
+        setattr(cls, option.name, field(default=option.default, metadata=_help(option.help)))
+    return dataclass(frozen=True)(cls)
+
+
+@_with_pass_options
 class TurboOptions:
-    """turbotrain's options of one run; plain TrainingArguments get the defaults."""
+    """turbotrain's options of one run; plain TrainingArguments get the defaults. The passes' options
+    (`label_sparsity`, `padding_free`, `chunked_cross_entropy`, ...) are added from the registry."""
 
     backend: str = field(
         default=AUTO,
@@ -59,53 +60,6 @@ class TurboOptions:
             "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
             "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
             "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."
-        ),
-    )
-    label_sparsity: bool = field(
-        default=True,
-        metadata=_help(
-            "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py)."
-        ),
-    )
-    fused_optimizer: bool = field(
-        default=True,
-        metadata=_help(
-            "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."
-        ),
-    )
-    padding_free: bool = field(
-        default=True,
-        metadata=_help(
-            "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
-            "the collator pads (exact without dropout; passes/padding_free.py)."
-        ),
-    )
-    padding_free_with_dropout: bool = field(
-        default=False,
-        metadata=_help(
-            "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw other "
-            "dropout masks than the padded batch, so losses follow stock's in distribution, not step by step."
-        ),
-    )
-    embedding_grad: bool = field(
-        default=True,
-        metadata=_help(
-            "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
-            "tensor every step (exact; passes/embedding_grad.py)."
-        ),
-    )
-    chunked_cross_entropy: str = field(
-        default="auto",
-        metadata=_help(
-            "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
-            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."
-        ),
-    )
-    fused_activation: bool = field(
-        default=True,
-        metadata=_help(
-            "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
-            "(exact within float rounding; passes/fused_activation.py)."
         ),
     )
     max_tokens_per_batch: int | None = field(
@@ -124,16 +78,9 @@ class TurboOptions:
         return cls(**{f.name: getattr(args, names[f.name]) for f in fields(cls)})
 
     def validate(self) -> None:
-        if self.backend not in valid_choices():
-            raise ValueError(f"unknown backend '{self.backend}'; valid backends: {', '.join(valid_choices())}")
-        for name in SWITCHES:
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        if self.chunked_cross_entropy not in CHUNKED_CE_MODES:
-            raise ValueError(
-                f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
-                f"got {self.chunked_cross_entropy!r}"
-            )
+        backend = backend_class(self.backend)  # an unknown name raises, listing the valid ones
+        for option in registry.options():
+            option.check(getattr(self, option.name))
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
@@ -143,18 +90,22 @@ class TurboOptions:
             require_support()
         if self.backend_options is not None and not isinstance(self.backend_options, dict):
             raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
-        for options_class in options_class_for(self.backend):
-            options_class.from_dict(self.backend_options, self.backend)
+        backend.options_class.from_dict(self.backend_options, self.backend)
 
-    def backend_for(self, device: torch.device) -> str:
-        return resolve_backend_name(self.backend, device)
+    def pass_options(self) -> dict:
+        """The model passes' options, by name (what `optimize()` takes)."""
+        return {option.name: getattr(self, option.name) for option in registry.options(model_only=True)}
+
+    def switched_off(self, names) -> TurboOptions:
+        """These options with the passes `names` turned off."""
+        return replace(self, **{name: registry.off_value(name) for name in names})
 
     def without(self, turned_off: dict[str, str], backend: str) -> TurboOptions:
         """These options with the ones a backend cannot use switched off (each said once in the log)."""
-        off = {name: reason for name, reason in turned_off.items() if getattr(self, name) not in (False, "never")}
+        off = {name: why for name, why in turned_off.items() if getattr(self, name) != registry.off_value(name)}
         for name, reason in off.items():
             logger.info("turbotrain %s: %s is not used with this backend (%s)", backend, name, reason)
-        return replace(self, **{name: OFF_VALUES.get(name, False) for name in off})
+        return self.switched_off(off)
 
 
 def _cpu_only_multiprocess() -> bool:
@@ -205,11 +156,6 @@ class TurboArgumentsMixin:
             )
             self.use_cpu = True
         super().__post_init__()
-
-    @property
-    def resolved_backend(self) -> str:
-        """The backend name checked against the registry ('auto' is a backend of its own, backends/auto.py)."""
-        return resolve_backend_name(self.backend, self.device)
 
 
 @_with_turbo_fields

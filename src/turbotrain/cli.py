@@ -79,6 +79,7 @@ def _export_parser(sub) -> None:
 
 def _bench_parser(sub) -> None:
     from turbotrain.bench.workload import Workload
+    from turbotrain.passes.registry import pass_names
 
     d = Workload()
     p = sub.add_parser("bench", help="stock Trainer vs Trainer(torch_compile) vs TurboTrainer, interleaved")
@@ -115,8 +116,7 @@ def _bench_parser(sub) -> None:
         nargs="+",
         default=[],
         metavar="PASS",
-        help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
-        "fused_optimizer fused_activation",
+        help=f"turn passes off for the turbo peer (ablation): {' '.join(pass_names())}",
     )
     _add_model_flags(p, d)
 

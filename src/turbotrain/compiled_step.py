@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from turbotrain.backends import get_backend, resolve_backend_name
+from turbotrain.backends import get_backend
 from turbotrain.backends.base import Backend
 
 
@@ -42,7 +42,7 @@ def compile(
         raise TypeError(f"turbotrain.compile() takes an nn.Module, got {type(module).__name__}")
     first = next(module.parameters(), None)
     where = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
-    chosen = get_backend(resolve_backend_name(backend, where), backend_options)
+    chosen = get_backend(backend, backend_options)
     if type(chosen).training_loop is not Backend.training_loop:
         raise ValueError(
             f"backend '{chosen.name}' runs a whole training loop of its own, not a module's step: "

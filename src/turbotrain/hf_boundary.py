@@ -20,6 +20,7 @@ Two kinds of use:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -59,8 +60,22 @@ class TrainerBoundary:
     def _save_checkpoint(self, model, trial) -> None:
         output_dir = self._get_output_dir(trial=trial)
         folder = os.path.join(output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
-        with self.turbo_checkpoint(folder, output_dir):
+        with self.turbo_checkpoint(folder, output_dir), _rotation_deferred(self.args):
             super()._save_checkpoint(model, trial)
+
+
+@contextlib.contextmanager
+def _rotation_deferred(args):
+    """Trainer's `_save_checkpoint` ends by deleting the checkpoints beyond `args.save_total_limit`, before
+    turbotrain's commit of the new one (a kill then could leave none complete); Trainer reads the limit from
+    the arguments and has no hook to defer that rotation, so the limit reads None for the length of
+    Trainer's save only, and `turbo_checkpoint` rotates with the user's limit after the commit. The one
+    place turbotrain writes the user's arguments, and it puts the value back."""
+    limit, args.save_total_limit = args.save_total_limit, None
+    try:
+        yield
+    finally:
+        args.save_total_limit = limit
 
 
 def rotate_checkpoints(trainer: Trainer, output_dir: str) -> None:

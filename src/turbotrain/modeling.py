@@ -24,7 +24,8 @@ is taught here once.
   shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
   or not, for layers without `is_causal` flags), and whether real tokens see the ids the attention mask
   hides (ConvBERT's convolution, MobileBERT's trigram embedding, FNet), which padding-free cannot pack.
-* `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1).
+* `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1);
+  `max_positions(model)`: the longest sequence its position table allows, that offset taken off.
 * `attention_spans(model)`: the window and chunk sizes its attention layers apply (`sliding_window`:
   Mistral, Gemma-2/3, Qwen2 with `use_sliding_window`, Phi-3, Cohere2, GPT-OSS; ModernBERT's
   `local_attention`; Llama-4's `attention_chunk_size`), those below its position limit; `[]` when every
@@ -62,7 +63,7 @@ SEQ2SEQ_LM = "seq2seq-lm"
 SEQUENCE_CLASSIFICATION = "sequence-classification"
 TOKEN_CLASSIFICATION = "token-classification"
 TASKS = (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM, SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION)
-PER_TOKEN_TASKS = (MASKED_LM, CAUSAL_LM, SEQ2SEQ_LM, TOKEN_CLASSIFICATION)
+PER_TOKEN_TASKS = (MASKED_LM, CAUSAL_LM, TOKEN_CLASSIFICATION)  # labels [B, T] aligned with input_ids [B, T]
 
 # checked in this order: a class in several mappings takes the first (seq2seq before causal: BART's
 # `BartForCausalLM` is causal, `BartForConditionalGeneration` is seq2seq)
@@ -342,6 +343,13 @@ def layer_types(model: nn.Module) -> list[str]:
     """The config's attention kind of each layer ("full_attention", "sliding_attention", ...), or []."""
     kinds = getattr(_text_config(model), "layer_types", None)
     return [str(kind) for kind in kinds] if isinstance(kinds, (list, tuple)) else []
+
+
+def max_positions(model: nn.Module) -> int:
+    """The longest sequence the model's position table allows (4096 where its config names no limit)."""
+    config = unwrap(model).config
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
+    return int(positions) - position_offset(model)
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:

@@ -3,7 +3,8 @@
 Example scripts show WARNING and hide INFO (Transformers' default verbosity), so this is the one line
 every user sees: what executes the step (the backend's `summary()`, with `auto`'s plan or choice),
 which passes are active, the optimizer, and every requested pass that is not active and why
-(turned off by an option, refused by the backend, or refused by the pass for this model).
+(turned off by an option, refused by the backend or by this trainer's loss, or refused by the pass for
+this model). The passes and their labels are the registry's (passes/registry.py).
 
     turbotrain: backend auto: eager (...); passes: label_sparsity, embedding_grad; optim adamw_torch_fused;
     not active: padding_free (refused for this model: see the warning above)
@@ -15,8 +16,9 @@ import logging
 
 from transformers import TrainerCallback
 
+from turbotrain.passes import registry
+
 logger = logging.getLogger("turbotrain")
-PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_activation")
 
 
 def summary_line(backend_summary: str, applied: list[str], optim: str, not_active: dict[str, str]) -> str:
@@ -27,6 +29,12 @@ def summary_line(backend_summary: str, applied: list[str], optim: str, not_activ
     return line
 
 
+def active_labels(report) -> list[str]:
+    """The installed passes of an OptimizeReport (or None), each by its summary label."""
+    installed = report.installed if report is not None else {}
+    return [registry.get_pass(name).label_of(each) for name, each in installed.items()]
+
+
 def not_active(
     requested, effective, applied: list[str], refused: dict[str, str], skipped: list[str] = ()
 ) -> dict[str, str]:
@@ -34,14 +42,15 @@ def not_active(
     pass's own (`skipped`: its install refused the model, with a warning). A pass with nothing to do for
     this model (no tanh GELU to fuse, a classifier for label sparsity) is not listed."""
     reasons = {}
-    for name in PASSES:
-        if name in applied:
+    for spec in registry.model_passes():
+        name = spec.name
+        if name in applied or not spec.listed_when_inactive:
             continue
-        if not getattr(requested, name):
+        if getattr(requested, name) == spec.off:
             reasons[name] = "off by option"
         elif name in refused:
             reasons[name] = refused[name]
-        elif getattr(effective, name) and name in skipped:
+        elif getattr(effective, name) != spec.off and name in skipped:
             reasons[name] = "refused for this model: see the warning above"
     return reasons
 

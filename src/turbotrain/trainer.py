@@ -7,7 +7,9 @@ which forwards them to the public `turbo_*` methods here:
 
 * `__init__`: after the Trainer class has built itself (a subclass may have wrapped the model, e.g.
   TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
-  options (`TurboOptions.without` what the backend turns off), choose the fused AdamW, and install the
+  options (`TurboOptions.without` what the backend turns off, then the passes this trainer's loss refuses:
+  `passes.registry.trainer_refusals`), choose the fused AdamW (`turbo_optim`, which Trainer's optimizer
+  is created with: `get_optimizer_cls_and_kwargs`; the arguments keep their `optim`), and install the
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
@@ -26,7 +28,8 @@ which forwards them to the public `turbo_*` methods here:
 Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
 for them (one warning) instead of changing the numbers. Padding-free packing changes a batch's rows, so
 it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
-(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). TRL's `fused_lm_head` calls are
+(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
+`refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
 
@@ -37,10 +40,12 @@ gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, 
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 
 from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
+from transformers.training_args import OptimizerNames
 
 from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
@@ -52,8 +57,9 @@ from turbotrain.passes import fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
-from turbotrain.summary import SummaryCallback, not_active, summary_line
-from turbotrain.utils.warnings import log_once, warn_once
+from turbotrain.passes.registry import trainer_refusals
+from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
+from turbotrain.utils.warnings import log_once
 
 logger = logging.getLogger("turbotrain")
 
@@ -67,14 +73,17 @@ class TurboMixin(TrainerBoundary):
         self._turbo_ready = False
         super().__init__(*args, **kwargs)
         requested = TurboOptions.from_args(self.args)
-        self.backend = get_backend(requested.backend_for(self.args.device), requested.backend_options)
+        self.backend = get_backend(requested.backend, requested.backend_options)
         self.backend.check_available(self.args)
         self.turbo_requested = requested
-        self.turbo_options = requested.without(self.backend.turns_off, self.backend.name)
-        self.turbo_refused = {
+        usable = requested.without(self.backend.turns_off, self.backend.name)
+        refused_here = trainer_refusals(self, usable)  # e.g. label smoothing reads the full logits
+        self.turbo_options = usable.switched_off(refused_here)
+        by_backend = {
             name: f"not used with backend {self.backend.name}: {why}" for name, why in self.backend.turns_off.items()
         }
-        self.args.optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
+        self.turbo_refused = {**by_backend, **refused_here}
+        self.turbo_optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
             self.model = self.model_wrapped = self._prepare_model(self.model)
@@ -88,48 +97,20 @@ class TurboMixin(TrainerBoundary):
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
         missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
-        chunked = self.turbo_report.chunked_ce if self.turbo_report is not None else None
-        if chunked is not None and chunked.mode == "auto":  # installed, but used only on large calls
-            applied = [f"{name} ({chunked.auto_rule})" if name == "chunked_ce" else name for name in applied]
-        return summary_line(self.backend.summary(), applied, self.args.optim, missing)
+        return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
 
-    def _label_sparsity_allowed(self) -> bool:
-        if not self.turbo_options.label_sparsity:
-            return False
-        if self.args.label_smoothing_factor != 0 or self.compute_loss_func is not None:
-            self.turbo_refused["label_sparsity"] = "label smoothing or a custom compute_loss_func reads the full logits"
-            warn_once(
-                "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
-                "reads the full logits."
-            )
-            return False
-        return True
-
-    def _padding_free_allowed(self) -> bool:
-        """Packing changes the rows of a batch: only for losses that are a sum over tokens (Trainer's, SFT's)."""
-        if not self.turbo_options.padding_free:
-            return False
-        if type(self).compute_loss is Trainer.compute_loss or fused_head_calls.sums_tokens(self):
-            return True
-        logger.info(
-            "turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
-            "chosen/rejected pairs); its batches stay padded",
-            type(self).__name__,
-        )
-        return False
+    def get_optimizer_cls_and_kwargs(self, args, model=None):
+        """Trainer's optimizer class and arguments for `args`, with `optim` the one this run uses (the fused
+        AdamW where the device has it: `turbo_optim`); the user's arguments keep their own `optim`."""
+        if getattr(self, "turbo_optim", None) not in (None, getattr(args.optim, "value", args.optim)):
+            args = copy.copy(args)
+            args.optim = OptimizerNames(self.turbo_optim)
+        return super().get_optimizer_cls_and_kwargs(args, model)
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         self.turbo_report = optimize(
-            model,
-            label_sparsity=self._label_sparsity_allowed(),
-            padding_free=self._padding_free_allowed(),
-            padding_free_with_dropout=self.turbo_options.padding_free_with_dropout,
-            embedding_grad=self.turbo_options.embedding_grad,
-            chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
-            fused_activation=self.turbo_options.fused_activation,
+            model, **self.turbo_options.pass_options(), fused_head_calls=fused_head_calls.sums_log_probs(self)
         )
-        if self.turbo_report.chunked_ce is not None:
-            self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
@@ -171,14 +152,11 @@ class TurboMixin(TrainerBoundary):
 
     @contextlib.contextmanager
     def turbo_checkpoint(self, folder: str, output_dir: str):
-        """Around Trainer's save of `folder`: begin, then commit once on disk, then rotate old checkpoints."""
+        """Around Trainer's save of `folder` (its own rotation deferred by the boundary): begin, then commit once on
+        disk, then rotate old checkpoints."""
         if self.args.should_save:
             checkpoints.begin(folder)
-        limit, self.args.save_total_limit = self.args.save_total_limit, None  # rotate only after the commit
-        try:
-            yield
-        finally:
-            self.args.save_total_limit = limit
+        yield
         if self.args.should_save:
             checkpoints.commit(folder)
             rotate_checkpoints(self, output_dir)

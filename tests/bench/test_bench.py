@@ -65,6 +65,16 @@ def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
         Workload(turbo_off=("warp_drive",))
 
 
+def test_turbo_off_sets_each_pass_to_its_own_off_value(tmp_path):
+    from turbotrain.bench.peers import build_trainer
+    from turbotrain.data import MaskedLMData
+
+    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("chunked_cross_entropy",))
+    data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
+    trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, str(tmp_path))
+    assert trainer.args.chunked_cross_entropy == "never" and trainer.args.label_sparsity is True
+
+
 @pytest.mark.slow
 def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
     workload = tiny_workload(seq_len=64, vocab_size=2000, batch_size=8, lengths="variable", task="cls")

@@ -49,4 +49,4 @@ def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
     assert set(peers) == {"stock", "trl", "trl+turbo", "turbo"}
     for name, row in peers.items():
         assert row["max_rel_loss_diff"] < 1e-4, name
-    assert "chunked_ce" in peers["trl+turbo"]["passes"]
+    assert "chunked_cross_entropy" in peers["trl+turbo"]["passes"]

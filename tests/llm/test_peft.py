@@ -38,7 +38,9 @@ def test_lora_golden_losses_and_adapters_match_stock(tmp_path, modules_to_save):
         "llama", tmp_path, model=peft_model(modules_to_save), chunked_cross_entropy="always", **common
     )
     turbo.data_collator = RightPaddingCollator()
-    assert set(turbo.turbo_report.applied) >= {"label_sparsity", "chunked_ce", "padding_free"}, turbo.turbo_report
+    assert set(turbo.turbo_report.applied) >= {"label_sparsity", "chunked_cross_entropy", "padding_free"}, (
+        turbo.turbo_report
+    )
     assert_losses_close(train_losses(turbo), train_losses(stock))
 
     for trainer in (stock, turbo):
@@ -68,6 +70,8 @@ def test_embeddings_and_head_in_modules_to_save_get_every_pass_with_stock_gradie
     stock = peft_model(["embed_tokens", "lm_head"])
     turbo = copy.deepcopy(stock)
     report = optimize(turbo, chunked_cross_entropy="always")
-    assert report.applied == ["label_sparsity", "chunked_ce", "padding_free", "embedding_grad"], report.skipped
+    assert report.applied == ["label_sparsity", "chunked_cross_entropy", "padding_free", "embedding_grad"], (
+        report.skipped
+    )
     inputs = synthetic_batch(stock, [9, 6, 3], seed=2, ignore_every=3)
     assert_same(loss_and_grads(stock, inputs), loss_and_grads(turbo, inputs))

@@ -41,8 +41,8 @@ def assert_same_history(turbo_logs, stock_logs):
 def test_sft_golden_losses_and_metrics(tmp_path, completion_only_loss):
     trainer, turbo_logs = sft_history(tmp_path, True, completion_only_loss=completion_only_loss)
     applied = trainer.turbo_report.applied
-    assert {"label_sparsity", "chunked_ce", "padding_free"} <= set(applied), applied
-    assert trainer.turbo_report.chunked_ce.compose_fused_calls
+    assert {"label_sparsity", "chunked_cross_entropy", "padding_free"} <= set(applied), applied
+    assert trainer.turbo_report.chunked_cross_entropy.compose_fused_calls
     _, stock_logs = sft_history(tmp_path, False, completion_only_loss=completion_only_loss)
     assert_same_history(turbo_logs, stock_logs)
 
@@ -101,7 +101,7 @@ def test_dpo_trainer_steps_aside_with_the_stock_numbers(tmp_path):
 @pytest.mark.parametrize("trl_option", [{"padding_free": True, "max_length": None}, {"packing": True}])
 def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
     trainer, turbo_logs = sft_history(tmp_path, True, steps=3, **trl_option)
-    assert "chunked_ce" in trainer.turbo_report.applied
+    assert "chunked_cross_entropy" in trainer.turbo_report.applied
     _, stock_logs = sft_history(tmp_path, False, steps=3, **trl_option)
     assert_same_history(turbo_logs, stock_logs)
 

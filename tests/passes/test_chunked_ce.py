@@ -90,7 +90,7 @@ def assert_same(stock, chunked, rtol=1e-5):
 def stock_and_chunked(model, mode="always"):
     chunked = copy.deepcopy(model)
     report = optimize(chunked, chunked_cross_entropy=mode)
-    assert report.chunked_ce is not None, report.skipped
+    assert report.chunked_cross_entropy is not None, report.skipped
     return model, chunked
 
 

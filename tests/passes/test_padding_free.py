@@ -85,7 +85,9 @@ def test_models_that_carry_state_along_the_row_stay_padded(model_type):
     except Exception as error:  # Transformers 5.0's Jamba needs CUDA Mamba kernels even on CPU
         pytest.skip(f"{model_type} cannot train on this device with this Transformers: {str(error)[:80]}")
     # the per-token self-check sees the leak first (outputs differ); `carries_state` is the probe behind it
-    with pytest.warns(TurbotrainWarning, match="state carried along the row|packed outputs differ|packed loss .* differs"):
+    with pytest.warns(
+        TurbotrainWarning, match="state carried along the row|packed outputs differ|packed loss .* differs"
+    ):
         report = optimize(model)
     assert report.padding_free is None
 

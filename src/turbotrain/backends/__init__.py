@@ -4,10 +4,10 @@ from turbotrain.backends import auto, eager, inductor, onnxruntime, xla  # noqa:
 from turbotrain.backends.base import Backend, BackendUnavailable
 from turbotrain.backends.registry import (
     AUTO,
+    backend_class,
     backend_names,
     get_backend,
     register_backend,
-    resolve_backend_name,
     valid_choices,
 )
 
@@ -15,9 +15,9 @@ __all__ = [
     "AUTO",
     "Backend",
     "BackendUnavailable",
+    "backend_class",
     "backend_names",
     "get_backend",
     "register_backend",
-    "resolve_backend_name",
     "valid_choices",
 ]

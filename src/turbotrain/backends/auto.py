@@ -101,7 +101,6 @@ def write_cache(key: str, entry: dict) -> None:
 @register_backend
 class AutoBackend(Backend):
     name = "auto"
-    description = "eager or inductor, whichever measures faster on the run's own steps (cached per machine)"
     options_class = AutoOptions
 
     def __init__(self, options: AutoOptions | None = None):

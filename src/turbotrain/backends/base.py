@@ -57,7 +57,6 @@ class BackendOptions:
 
 class Backend:
     name: ClassVar[str]
-    description: ClassVar[str] = ""
     options_class: ClassVar[type[BackendOptions]] = BackendOptions
     turns_off: ClassVar[dict[str, str]] = {}  # turbotrain option -> why this backend cannot use it
 

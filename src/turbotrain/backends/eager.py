@@ -7,4 +7,3 @@ from turbotrain.backends.registry import register_backend
 @register_backend
 class EagerBackend(Backend):
     name = "eager"
-    description = "PyTorch eager mode (no compilation)"

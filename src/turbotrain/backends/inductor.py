@@ -84,7 +84,6 @@ def uncompile(modules: list[nn.Module]) -> None:
 class InductorBackend(Backend):
     name = "inductor"
     turns_off = {"chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
-    description = "torch.compile with the Inductor compiler (eager-identical dropout)"
     options_class = InductorOptions
 
     def __init__(self, options: InductorOptions | None = None):

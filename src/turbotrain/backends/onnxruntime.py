@@ -107,7 +107,6 @@ def ort_compiler(config):
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     turns_off = {"chunked_cross_entropy": EAGER_ONLY_CHUNKED_CE}
-    description = "forward and backward graphs exported to ONNX and run by ONNX Runtime sessions"
     options_class = OrtOptions
 
     def check_available(self, args: TrainingArguments) -> None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import torch
-
 from turbotrain.backends.base import Backend
 
 AUTO = "auto"  # the default: a backend of its own (auto.py) that measures eager against inductor
@@ -26,21 +24,14 @@ def valid_choices() -> list[str]:
     return [AUTO, *(name for name in backend_names() if name != AUTO)]
 
 
-def options_class_for(name: str) -> list[type]:
-    """The options classes `backend_options` must fit for `name`."""
-    return [_BACKENDS[name].options_class] if name in _BACKENDS else []
-
-
-def resolve_backend_name(name: str, device: torch.device) -> str:
-    """`name` checked against the registry (`device` kept for backends that resolve per device)."""
+def backend_class(name: str) -> type[Backend]:
+    """The backend class registered as `name` (the one check of a backend name: unknown names raise)."""
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend '{name}'; valid backends: {', '.join(valid_choices())}")
-    return name
+    return _BACKENDS[name]
 
 
 def get_backend(name: str, options: dict | None = None) -> Backend:
     """A new backend `name` with `options` (its `backend_options`) parsed into its typed options class."""
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown backend '{name}'; valid backends: {', '.join(valid_choices())}")
-    cls = _BACKENDS[name]
+    cls = backend_class(name)
     return cls(cls.options_class.from_dict(options, name))

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
-from turbotrain.models import ModelShape
+from turbotrain.pretrain.shape import ModelShape
 
 
 @dataclass

@@ -15,6 +15,7 @@ from turbotrain.args import TurboTrainingArguments
 from turbotrain.bench.flops import StepWork, batch_work
 from turbotrain.bench.workload import Workload
 from turbotrain.data import MaskedLMData
+from turbotrain.passes.registry import off_value
 from turbotrain.trainer import TurboTrainer
 
 
@@ -130,7 +131,7 @@ def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, coll
     if peer == "compiled":
         args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
         return Trainer(model=model, args=args, **kw)
-    switched_off = {name: False for name in workload.turbo_off}
+    switched_off = {name: off_value(name) for name in workload.turbo_off}
     backend, options = peer_backend(peer, workload.backend)
     args = TurboTrainingArguments(
         backend=backend, backend_options=options, **switched_off, **_common(workload, output_dir)

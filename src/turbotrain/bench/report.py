@@ -33,14 +33,10 @@ COLUMNS = [
 ]
 
 
-def cpu_name() -> str:
-    return cpu_model()
-
-
 def environment() -> dict:
     env = {
         "date": datetime.date.today().isoformat(),
-        "cpu": cpu_name(),
+        "cpu": cpu_model(),
         "cpu_cores": os.cpu_count(),
         "cpu_flags": " ".join(matmul_flags()) or "none of amx_bf16 avx512_bf16 amx_tile",
         "torch_threads": torch.get_num_threads(),

@@ -31,10 +31,10 @@ from transformers import (
 
 from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
 from turbotrain.data.variable import build_variable_length_data
-from turbotrain.models import ModelShape
+from turbotrain.passes.registry import pass_names
+from turbotrain.pretrain.shape import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
-TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")
 LENGTHS = ("fixed", "variable")
 TASKS = ("mlm", "cls", "clm", "sft")  # clm: GPT-2 causal LM on fixed blocks; sft: chat-style rows (bench/sft.py)
 
@@ -56,9 +56,9 @@ class Workload(ModelShape):
     untied: bool = False  # sft: separate input and output embeddings
 
     def __post_init__(self):
-        unknown_passes = set(self.turbo_off) - set(TURBO_PASSES)
+        unknown_passes = set(self.turbo_off) - set(pass_names())
         if unknown_passes:
-            raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(TURBO_PASSES)}")
+            raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(pass_names())}")
         if self.lengths not in LENGTHS or self.task not in TASKS:
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
         if self.task in ("cls", "sft") and self.lengths == "fixed":

@@ -23,8 +23,9 @@ import torch
 
 from turbotrain.export.onnx_graph import export_module, save_onnx
 from turbotrain.export.staging import check_target, staged
-from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, LogitsModule, max_positions, sample_inputs, task_of
+from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, LogitsModule, exported_task, sample_inputs
 from turbotrain.export.verify import Verification, VerificationError, verify_onnx
+from turbotrain.modeling import max_positions
 from turbotrain.utils.imports import require
 
 # Largest |ORT - torch| of the logits accepted per variant.
@@ -99,7 +100,7 @@ def _export_into(
     tolerances: dict[str, float] | None,
 ) -> DeployExport:
     model = model.eval().float()
-    task = task_of(model)
+    task = exported_task(model)
     result = DeployExport(out_dir, task.name)
     inputs = sample_inputs(model, batch=2, length=16)
     proto = export_module(

@@ -1,9 +1,10 @@
 """Which task a Transformers model was trained for, and the module that exports its logits.
 
-Tasks exported (the ones turbotrain trains): masked-LM and causal-LM (logits over the vocabulary,
-batch x sequence x vocab), sequence classification (batch x labels) and token classification (batch x
-sequence x labels). Inputs are `input_ids` and `attention_mask`, both batch x sequence int64, with the
-batch and sequence axes dynamic.
+Tasks exported (the ones turbotrain trains; what a model's task is, its position limit and its sample
+inputs are `modeling`'s): masked-LM and causal-LM (logits over the vocabulary, batch x sequence x vocab),
+sequence classification (batch x labels) and token classification (batch x sequence x labels). Inputs
+are `input_ids` and `attention_mask`, both batch x sequence int64, with the batch and sequence axes
+dynamic.
 """
 
 from __future__ import annotations
@@ -20,24 +21,30 @@ DYNAMIC_AXES = {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: 
 
 @dataclass(frozen=True)
 class Task:
+    """An exported task: its name (`modeling`'s) and the axes of its logits."""
+
     name: str
     logits_axes: dict[int, str]
-    labels_per_token: bool
+
+    @property
+    def labels_per_token(self) -> bool:
+        return self.name in modeling.PER_TOKEN_TASKS
 
 
 TASKS = {
     t.name: t
     for t in (
-        Task("masked-lm", {0: "batch", 1: "sequence"}, True),
-        Task("causal-lm", {0: "batch", 1: "sequence"}, True),
-        Task("sequence-classification", {0: "batch"}, False),
-        Task("token-classification", {0: "batch", 1: "sequence"}, True),
+        Task(modeling.MASKED_LM, {0: "batch", 1: "sequence"}),
+        Task(modeling.CAUSAL_LM, {0: "batch", 1: "sequence"}),
+        Task(modeling.SEQUENCE_CLASSIFICATION, {0: "batch"}),
+        Task(modeling.TOKEN_CLASSIFICATION, {0: "batch", 1: "sequence"}),
     )
 }
 
 
-def task_of(model: torch.nn.Module) -> Task:
-    """The exported task of a Transformers model (`turbotrain.modeling.task_of`, e.g. RobertaForMaskedLM -> masked-lm)."""
+def exported_task(model: torch.nn.Module) -> Task:
+    """How a model of `modeling.task_of(model)` is exported (e.g. RobertaForMaskedLM -> masked-lm); raises for
+    a task turbotrain does not export."""
     task = modeling.task_of(model)
     if task == modeling.SEQ2SEQ_LM:
         inputs = getattr(modeling.unwrap(model), "main_input_name", "input_ids")
@@ -58,7 +65,7 @@ def task_of(model: torch.nn.Module) -> Task:
 def model_kwargs(model: torch.nn.Module) -> dict:
     """Keyword arguments that make a Transformers forward return a plain tuple with logits first."""
     kwargs = {"return_dict": False}
-    if task_of(model).name == "causal-lm":
+    if exported_task(model).name == modeling.CAUSAL_LM:
         kwargs["use_cache"] = False
     return kwargs
 
@@ -75,20 +82,11 @@ class LogitsModule(torch.nn.Module):
         return self.model(**dict(zip(INPUT_NAMES, inputs)), **self.kwargs)[0]
 
 
-def max_positions(model: torch.nn.Module) -> int:
-    """The longest sequence the model's position table allows (RoBERTa reserves padding_idx + 1)."""
-    config = model.config
-    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 4096
-    if config.model_type in {"roberta", "xlm-roberta", "camembert"}:
-        positions -= (config.pad_token_id or 0) + 1
-    return int(positions)
-
-
 def sample_inputs(model: torch.nn.Module, batch: int, length: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
-    """Random token ids (no special tokens) and a right-padded attention mask (row 0 keeps every token)."""
+    """`input_ids` and `attention_mask` [batch, length] of `modeling.synthetic_batch` (no special tokens,
+    right-padded) at random lengths, row 0 keeping every token (the longest sequence is exercised)."""
     generator = torch.Generator().manual_seed(seed)
-    input_ids = torch.randint(3, modeling.vocab_size(model), (batch, length), generator=generator)
     lengths = torch.randint(1, length + 1, (batch,), generator=generator)
     lengths[0] = length
-    attention_mask = (torch.arange(length)[None, :] < lengths[:, None]).long()
-    return input_ids, attention_mask
+    sample = modeling.synthetic_batch(model, lengths.tolist(), seed=seed, first_id=3)
+    return sample["input_ids"].cpu(), sample["attention_mask"].cpu()

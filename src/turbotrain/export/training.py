@@ -23,15 +23,8 @@ from torch.func import functional_call
 from turbotrain.export.adamw_graph import AdamWStep, optimizer_io_names
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, GraphModule, export_module, save_onnx, trace_aten
-from turbotrain.export.tasks import (
-    DYNAMIC_AXES,
-    INPUT_NAMES,
-    max_positions,
-    model_kwargs,
-    sample_inputs,
-    task_of,
-)
-from turbotrain.modeling import num_classes, vocab_size
+from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, exported_task, model_kwargs, sample_inputs
+from turbotrain.modeling import SEQUENCE_CLASSIFICATION, max_positions, num_classes, vocab_size
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
 from turbotrain.utils.imports import require
@@ -68,8 +61,8 @@ def select_trainable(model: torch.nn.Module, trainable: Trainable) -> list[str]:
 
 
 def _label_spec(model: torch.nn.Module) -> tuple[dict[int, str], torch.dtype]:
-    task = task_of(model)
-    if task.name == "sequence-classification" and getattr(model.config, "num_labels", 2) == 1:
+    task = exported_task(model)
+    if task.name == SEQUENCE_CLASSIFICATION and getattr(model.config, "num_labels", 2) == 1:
         raise ValueError("regression heads (num_labels=1) are not supported on device; use num_labels >= 2")
     return (dict(task.logits_axes) if task.labels_per_token else {0: "batch"}), torch.long
 
@@ -232,7 +225,7 @@ def export_training_artifacts(
         "axes": [label_axes[i] for i in sorted(label_axes)],
     }
     manifest = layout.Manifest(
-        task_of(model).name,
+        exported_task(model).name,
         type(model).__name__,
         batch_inputs,
         names,

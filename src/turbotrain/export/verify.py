@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from turbotrain.export.tasks import INPUT_NAMES, LogitsModule, max_positions, sample_inputs, task_of
+from turbotrain.export.tasks import INPUT_NAMES, LogitsModule, exported_task, sample_inputs
+from turbotrain.modeling import max_positions
 
 # Odd on purpose: 1 x 1, a prime length, and a longer padded batch (capped at the model's positions).
 VERIFY_SHAPES = ((1, 1), (3, 37), (2, 64))
@@ -53,7 +54,7 @@ def verify_onnx(
 
     session = ort.InferenceSession(str(path), providers=list(providers))
     module = LogitsModule(model).eval()
-    per_token = task_of(model).labels_per_token
+    per_token = exported_task(model).labels_per_token
     result = Verification(str(path), tolerance)
     for seed, (batch, length) in enumerate(shapes):
         length = min(length, max_positions(model))

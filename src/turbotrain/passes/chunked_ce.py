@@ -20,10 +20,11 @@ Op -> module -> install, in this file:
   projection returns an empty [K, 0] placeholder in place of the logits, and the model's output gets
   the loss: Σ nll / `num_items_in_batch` when Trainer passes it, else the mean over kept rows (stock's
   reduction; no kept row gives NaN and zero gradients, as stock).
-* install `apply_chunked_ce(model, label_sparsity, mode)`: "auto" takes a call over only when its
-  kept logits would exceed `AUTO_BYTES` (K·V·4 > 64 MB), "always"/"never" force it. A self-check
-  compares the chunked loss with stock on a small batch; a mismatch leaves the model on plain label
-  sparsity with one warning. Refused: heads that are not a plain `nn.Linear` (LoRA on `lm_head`) and
+* install `apply_chunked_ce(model, mode)`, called by label sparsity while it is built (the chunked head
+  is its head from then on): "auto" takes a call over only when its kept logits would exceed
+  `AUTO_BYTES` (K·V·4 > 64 MB), "always"/"never" force it. A self-check compares the chunked loss
+  (a trial head taking every call, behind a trial label sparsity) with stock on a small batch; a
+  mismatch leaves the model on plain label sparsity with one warning. Refused: heads that are not a plain `nn.Linear` (LoRA on `lm_head`) and
   logit scales other than soft-capping (the self-check would catch them too). Not used (one log
   line): encoder-decoder LMs (T5, BART, Whisper), whose head label sparsity runs on the kept rows.
 
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import logging
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -46,6 +48,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
+from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
@@ -182,14 +185,14 @@ class Call:
 class ChunkedHead:
     """The installed pass: takes over the output projection for the calls label sparsity hands it."""
 
-    def __init__(self, model: nn.Module, projection: nn.Module, mode: str):
+    def __init__(self, model: nn.Module, projection: nn.Module, mode: str, compose_fused_calls: bool = False):
         self.model, self.projection, self.mode = model, projection, mode
         self.softcap = modeling.final_logit_softcapping(model)
         self.vocab = modeling.output_linear(projection).out_features
         self.call: Call | None = None
         # answer TRL's fused_lm_head calls (fused_head_calls.py): only for a trainer known to sum the per-token
-        # losses with one weight (turbo(SFTTrainer) with loss_type="nll" sets it)
-        self.compose_fused_calls = False
+        # losses with one weight (turbo(SFTTrainer) with loss_type="nll" asks for it)
+        self.compose_fused_calls = compose_fused_calls
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
@@ -256,25 +259,32 @@ def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
 # --- install -----------------------------------------------------------------------------------------
 
 
-def self_check(model: nn.Module, label_sparsity, installed: ChunkedHead) -> str | None:
+def self_check(model: nn.Module, label_sparsity) -> str | None:
+    """Stock vs chunked loss on a small batch, through `label_sparsity` (a LabelSparsity whose chunked head
+    takes every call); a description of the mismatch, or None."""
     batch = modeling.synthetic_batch(model, [9, 7], seed=4321, ignore_every=3)
-    mode, installed.mode = installed.mode, "always"
 
     def chunked():
         with label_sparsity.forced():
             return model(**batch)
 
-    try:
-        return compare_losses(model, lambda: model(**batch), chunked, "chunked cross-entropy")
-    finally:
-        installed.mode = mode
+    return compare_losses(model, lambda: model(**batch), chunked, "chunked cross-entropy")
 
 
-def apply_chunked_ce(model: nn.Module, label_sparsity, mode: str = "auto", check: bool = True) -> ChunkedHead | None:
-    """Install the chunked head behind `label_sparsity` (an installed LabelSparsity); None if refused."""
+def apply_chunked_ce(
+    model: nn.Module,
+    mode: str = "auto",
+    *,
+    fused_head_calls: bool = False,
+    check_with: Callable[[ChunkedHead], str | None] | None = None,
+) -> ChunkedHead | None:
+    """The chunked head for label sparsity to hold, or None ("never", or refused).
+
+    `fused_head_calls`: answer TRL's fused_lm_head calls too. `check_with(trial)`: the self-check of a trial
+    head in mode "always" (label sparsity runs `self_check` behind it); a problem refuses, with one warning."""
     if mode not in MODES:
         raise ValueError(f"chunked_cross_entropy must be one of {', '.join(MODES)}, got {mode!r}")
-    if mode == "never" or label_sparsity is None:
+    if mode == "never":
         return None
     if modeling.is_seq2seq_lm(model):  # not built for encoder-decoder calls yet: the dense head on kept rows stays
         logger.info(
@@ -290,12 +300,40 @@ def apply_chunked_ce(model: nn.Module, label_sparsity, mode: str = "auto", check
             "head is not a plain linear layer (e.g. LoRA on lm_head)."
         )
         return None
-    installed = ChunkedHead(model, projection, mode)
-    label_sparsity.fused_loss = installed
-    problem = self_check(model, label_sparsity, installed) if check else None
-    if problem is not None:
-        label_sparsity.fused_loss = None
-        installed.remove()
-        warn_once(f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: {problem}.")
-        return None
-    return installed
+    if check_with is not None:
+        trial = ChunkedHead(model, projection, "always")
+        try:
+            problem = check_with(trial)
+        finally:
+            trial.remove()
+        if problem is not None:
+            warn_once(f"turbotrain: chunked cross-entropy left {type(model).__name__} on label sparsity: {problem}.")
+            return None
+    return ChunkedHead(model, projection, mode, compose_fused_calls=fused_head_calls)
+
+
+# --- registration (passes/registry.py) ---------------------------------------------------------------
+
+
+def _label(installed: ChunkedHead) -> str:
+    return f"chunked_cross_entropy ({installed.auto_rule})" if installed.mode == "auto" else "chunked_cross_entropy"
+
+
+register_pass(
+    PassSpec(
+        name="chunked_cross_entropy",
+        help=(
+            "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
+            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."
+        ),
+        order=20,
+        # built by label sparsity as its head (apply_chunked_ce above); reported here under its own name
+        install=lambda model, setup: getattr(setup.installed.get("label_sparsity"), "chunked_head", None),
+        default="auto",
+        choices=MODES,
+        off="never",
+        refused_for=lambda model: False,  # its refusals leave label sparsity on, with their own warning
+        label=_label,
+        listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
+    )
+)

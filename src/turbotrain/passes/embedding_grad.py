@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbotrain import modeling
+from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.utils.warnings import warn_once
 
 
@@ -109,3 +110,17 @@ def apply_embedding_grad(model: nn.Module) -> BufferedEmbeddingGrad | None:
     output = modeling.output_linear(projection) or projection
     tied = output is not None and getattr(output, "weight", None) is embedding.weight
     return BufferedEmbeddingGrad(embedding, tied=tied)
+
+
+register_pass(
+    PassSpec(
+        name="embedding_grad",
+        help=(
+            "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
+            "tensor every step (exact; passes/embedding_grad.py)."
+        ),
+        order=40,
+        install=lambda model, setup: apply_embedding_grad(model),
+        refused_for=lambda model: False,
+    )
+)

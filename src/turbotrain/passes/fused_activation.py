@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import FastGELUActivation, NewGELUActivation
 
+from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.utils.warnings import warn_once
 
 TANH_GELUS = (NewGELUActivation, FastGELUActivation)
@@ -79,3 +80,17 @@ def apply_fused_activation(model: nn.Module) -> FusedActivation | None:
     for parent, name, _ in targets:
         setattr(parent, name, fused)
     return FusedActivation(targets)
+
+
+register_pass(
+    PassSpec(
+        name="fused_activation",
+        help=(
+            "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
+            "(exact within float rounding; passes/fused_activation.py)."
+        ),
+        order=50,
+        install=lambda model, setup: apply_fused_activation(model),
+        refused_for=has_tanh_gelu,  # no tanh GELU: nothing to do
+    )
+)

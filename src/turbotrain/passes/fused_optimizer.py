@@ -18,6 +18,8 @@ from collections.abc import Iterable
 import torch
 from transformers.training_args import OptimizerNames
 
+from turbotrain.passes.registry import PassSpec, register_pass
+
 ORT_FUSED_ALIAS = "adamw_ort_fused"
 FUSABLE = {OptimizerNames.ADAMW_TORCH.value, OptimizerNames.ADAMW_TORCH_FUSED.value}
 
@@ -61,3 +63,15 @@ def fused_adamw(params: Iterable, device: torch.device | str | None = None, **ad
     if has_fused_adamw(device):
         return torch.optim.AdamW(params, fused=True, **adamw_kwargs)
     return torch.optim.AdamW(params, foreach=True, **adamw_kwargs)
+
+
+register_pass(
+    PassSpec(
+        name="fused_optimizer",
+        help=(
+            "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."
+        ),
+        order=60,
+        install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`
+    )
+)

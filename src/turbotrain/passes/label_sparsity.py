@@ -29,10 +29,12 @@ Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that
 (the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
-Chunked head: with `chunked_cross_entropy` installed (`fused_loss`, passes/chunked_ce.py) a call may hand
-its kept targets to it instead: the labels leave the model call, the output projection computes the loss
-on the gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head`
-calls are answered the same way, or left to TRL (passes/fused_head_calls.py).
+Head: chosen when the pass is built (`apply_label_sparsity`), never changed after. Either the model's own
+head and loss run on the kept rows, or, with `chunked_cross_entropy`, a `ChunkedHead` (passes/chunked_ce.py)
+may take a call over: the labels leave the model call, the output projection computes the loss on the
+gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head` calls are
+answered the same way where the chunked head was built to (`fused_head_calls`), else left to TRL
+(passes/fused_head_calls.py).
 
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
@@ -60,8 +62,10 @@ from turbotrain.modeling import (
     is_seq2seq_lm,
     synthetic_batch,
 )
-from turbotrain.passes import fused_head_calls
+from turbotrain.passes import chunked_ce, fused_head_calls
+from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.installed import HookedPass
+from turbotrain.passes.registry import PassSpec, Setup, register_pass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.warnings import warn_once
 
@@ -142,15 +146,15 @@ _ROWS_IN_USE: dict[int, torch.Tensor] = {}
 class LabelSparsity(HookedPass):
     """The installed pass: hooks on the model and its head, removable with `remove()`."""
 
-    def __init__(self, model: nn.Module, head: HeadLocation):
+    def __init__(self, model: nn.Module, head: HeadLocation, chunked_head: ChunkedHead | None = None):
         super().__init__()
         self.model = model
         self.head = head
+        self.chunked_head = chunked_head  # takes the head and loss over for the calls it wants; None: the model's own
         self._key = id(self)
         self._expected_rows = 0
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.fused_loss = None  # a ChunkedHead (passes/chunked_ce.py) that may take the head and loss over
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -182,7 +186,7 @@ class LabelSparsity(HookedPass):
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
         fused = fused_head_calls.is_fused_call(kwargs)  # TRL's fused LM head: answered by the chunked head
-        if fused and not fused_head_calls.can_compose(kwargs, self.fused_loss):
+        if fused and not fused_head_calls.can_compose(kwargs, self.chunked_head):
             return None
         if "shift_labels" in kwargs or self._longer_than_decoder_accepts(labels):
             return None
@@ -193,9 +197,9 @@ class LabelSparsity(HookedPass):
         _ROWS_IN_USE[self._key], self._expected_rows = rows, labels.numel()
         if fused:
             targets = shifted_targets(labels, self.head.causal)
-            return args, self.fused_loss.take(kwargs, kept, fused=(rows, targets))
-        if self.fused_loss is not None and self.fused_loss.wants(kept.numel()):
-            return args, self.fused_loss.take(kwargs, kept)
+            return args, self.chunked_head.take(kwargs, kept, fused=(rows, targets))
+        if self.chunked_head is not None and self.chunked_head.wants(kept.numel()):
+            return args, self.chunked_head.take(kwargs, kept)
         kwargs = {**kwargs, "labels": kept}
         if self.head.causal:
             kwargs["shift_labels"] = kept
@@ -235,9 +239,24 @@ class LabelSparsity(HookedPass):
 
     def _clear_rows(self, module, args, output):
         _ROWS_IN_USE.pop(self._key, None)
-        if self.fused_loss is not None and self.fused_loss.call is not None:
-            return self.fused_loss.finish(output)
+        if self.chunked_head is not None and self.chunked_head.call is not None:
+            return self.chunked_head.finish(output)
         return None
+
+    def remove(self) -> None:
+        super().remove()
+        if self.chunked_head is not None:
+            self.chunked_head.remove()
+
+
+@contextlib.contextmanager
+def _trial_sparsity(model: nn.Module, head: HeadLocation, chunked_head: ChunkedHead | None = None):
+    """A LabelSparsity for one self-check, removed afterwards."""
+    trial = LabelSparsity(model, head, chunked_head)
+    try:
+        yield trial
+    finally:
+        trial.remove()
 
 
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
@@ -251,18 +270,63 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     return compare_losses(model, lambda: model(**batch), sparse, "sparse")
 
 
-def apply_label_sparsity(model: nn.Module, check: bool = True) -> LabelSparsity | None:
-    """Install label sparsity on `model`; return the installed pass, or None (with one warning)."""
+def apply_label_sparsity(
+    model: nn.Module, check: bool = True, chunked_cross_entropy: str = "never", fused_head_calls: bool = False
+) -> LabelSparsity | None:
+    """Install label sparsity on `model`; return the installed pass, or None (with one warning).
+
+    Its head is chosen here: the chunked head where `chunked_cross_entropy` ("auto", "always", "never")
+    asks for it and it checks out (passes/chunked_ce.py; answering TRL's fused_lm_head calls too with
+    `fused_head_calls`), else the model's own head on the kept rows."""
     model_name = type(model).__name__
     head = find_head(model)
     if head is None:
         if is_language_model(model):  # a classifier has no vocabulary head: nothing to gain, nothing to say
             warn_once(f"turbotrain: label sparsity left {model_name} dense: it has no output embeddings to gather at.")
         return None
-    installed = LabelSparsity(model, head)
-    problem = self_check(model, installed) if check else None
-    if problem is not None:
-        installed.remove()
-        warn_once(f"turbotrain: label sparsity left {model_name} dense: {problem}.")
+    if check:
+        with _trial_sparsity(model, head) as trial:
+            problem = self_check(model, trial)
+        if problem is not None:
+            warn_once(f"turbotrain: label sparsity left {model_name} dense: {problem}.")
+            return None
+
+    def check_chunked(chunked_head: ChunkedHead) -> str | None:
+        with _trial_sparsity(model, head, chunked_head) as trial:
+            return chunked_ce.self_check(model, trial)
+
+    chunked_head = chunked_ce.apply_chunked_ce(
+        model, chunked_cross_entropy, fused_head_calls=fused_head_calls, check_with=check_chunked if check else None
+    )
+    return LabelSparsity(model, head, chunked_head)
+
+
+# --- registration (passes/registry.py) ---------------------------------------------------------------
+
+
+def reads_full_logits(trainer) -> str | None:
+    """Why `trainer`'s loss needs the full logits (label smoothing, a custom `compute_loss_func`), or None."""
+    if trainer.args.label_smoothing_factor == 0 and getattr(trainer, "compute_loss_func", None) is None:
         return None
-    return installed
+    warn_once(
+        "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
+        "reads the full logits."
+    )
+    return "label smoothing or a custom compute_loss_func reads the full logits"
+
+
+def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
+    chunked = setup.options.get("chunked_cross_entropy", "never")
+    return apply_label_sparsity(model, setup.check, chunked, fused_head_calls=setup.fused_head_calls)
+
+
+register_pass(
+    PassSpec(
+        name="label_sparsity",
+        help="Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py).",
+        order=10,
+        install=_install,
+        refused_by_trainer=reads_full_logits,
+        refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
+    )
+)

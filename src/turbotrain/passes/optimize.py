@@ -1,47 +1,46 @@
 """`optimize(model)`: install turbotrain's model-level passes in place and report what applied.
 
-Idempotent: a model that already carries the passes is returned as is. `undo()` on the report removes
-them. The fused optimizer is not a model pass: use `fused_adamw(...)` in a custom loop, or
-`TurboTrainingArguments(fused_optimizer=True)` (the default) with `TurboTrainer`.
+The passes are the registry's (passes/registry.py), installed in their order, each from the options given
+here over the defaults. Idempotent: a model that already carries the passes is returned as is. `undo()`
+on the report removes them. The fused optimizer is not a model pass: use `fused_adamw(...)` in a custom
+loop, or `TurboTrainingArguments(fused_optimizer=True)` (the default) with `TurboTrainer`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from torch import nn
 
-from turbotrain.modeling import is_language_model
-from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
-from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
-from turbotrain.passes.fused_activation import FusedActivation, apply_fused_activation, has_tanh_gelu
-from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
-from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
+from turbotrain.passes import registry
 
 REPORT_ATTRIBUTE = "_turbotrain_report"
 
 
 @dataclass
 class OptimizeReport:
-    """What `optimize` installed on one model."""
+    """What `optimize` installed on one model: `installed` (pass name -> installed pass, in install order),
+    each also an attribute (`report.label_sparsity`, `report.padding_free`, ...: None when not installed), and
+    `skipped`: the passes that refused this model (each said in one warning)."""
 
     model_name: str
-    label_sparsity: LabelSparsity | None = None
-    chunked_ce: ChunkedHead | None = None
-    padding_free: PaddingFree | None = None
-    embedding_grad: BufferedEmbeddingGrad | None = None
-    fused_activation: FusedActivation | None = None
+    installed: dict[str, Any] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+
+    def __getattr__(self, name: str):
+        if name in registry.pass_names():
+            return self.__dict__.get("installed", {}).get(name)
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
 
     @property
     def applied(self) -> list[str]:
-        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad", "fused_activation")
-        return [name for name in names if getattr(self, name) is not None]
+        return list(self.installed)
 
     def undo(self) -> None:
-        for name in reversed(self.applied):
-            getattr(self, name).remove()
-            setattr(self, name, None)
+        for installed in reversed(list(self.installed.values())):
+            installed.remove()
+        self.installed.clear()
         self.skipped.clear()
 
     def collator(self, inner):
@@ -53,43 +52,29 @@ class OptimizeReport:
         return f"turbotrain passes on {self.model_name}: {applied}"
 
 
-def optimize(
-    model: nn.Module,
-    *,
-    label_sparsity: bool = True,
-    padding_free: bool = True,
-    padding_free_with_dropout: bool = False,
-    embedding_grad: bool = True,
-    chunked_cross_entropy: str = "auto",
-    fused_activation: bool = True,
-    self_check: bool = True,
-) -> OptimizeReport:
+def optimize(model: nn.Module, *, self_check: bool = True, fused_head_calls: bool = False, **options) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
-    Padding-free training also needs the batches packed: pass your collator through
-    `report.collator(collator)` (TurboTrainer does this for its training dataloader).
-    `padding_free_with_dropout`: pack also a model that trains with dropout (other masks than stock's).
-    `chunked_cross_entropy` ("auto", "always", "never"): the chunked head behind label sparsity
-    (passes/chunked_ce.py); "auto" uses it for calls whose kept logits would pass 64 MB.
+    `options`: any pass option by name (`label_sparsity=False`, `chunked_cross_entropy="always"`,
+    `padding_free_with_dropout=True`, ...; each documented in `TurboOptions` and in its pass's module);
+    the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
+    through `report.collator(collator)` (TurboTrainer does this for its training dataloader).
+    `fused_head_calls`: let the chunked head answer TRL's `fused_lm_head` calls, for a caller whose loss
+    weights every token alike (TurboTrainer sets it for `turbo(SFTTrainer)` with `loss_type="nll"`).
     """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
         return existing
+    values = registry.option_values(options)
     report = OptimizeReport(model_name=type(model).__name__)
-    if label_sparsity:
-        report.label_sparsity = apply_label_sparsity(model, check=self_check)
-        if report.label_sparsity is None and is_language_model(model):  # a classifier: nothing to refuse
-            report.skipped.append("label_sparsity")
-        report.chunked_ce = apply_chunked_ce(model, report.label_sparsity, chunked_cross_entropy, check=self_check)
-    if padding_free:
-        report.padding_free = apply_padding_free(model, check=self_check, with_dropout=padding_free_with_dropout)
-        if report.padding_free is None:
-            report.skipped.append("padding_free")
-    if embedding_grad:
-        report.embedding_grad = apply_embedding_grad(model)
-    if fused_activation:
-        report.fused_activation = apply_fused_activation(model)
-        if report.fused_activation is None and has_tanh_gelu(model):
-            report.skipped.append("fused_activation")
+    for spec in registry.model_passes():
+        if values[spec.name] == spec.off:
+            continue
+        setup = registry.Setup(values, self_check, fused_head_calls, dict(report.installed))
+        installed = spec.install(model, setup)
+        if installed is not None:
+            report.installed[spec.name] = installed
+        elif spec.refused_for(model):
+            report.skipped.append(spec.name)
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report

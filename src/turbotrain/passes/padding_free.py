@@ -67,13 +67,13 @@ from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.registry import Option, PassSpec, register_pass
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-PER_TOKEN_TASKS = (modeling.MASKED_LM, modeling.CAUSAL_LM, modeling.TOKEN_CLASSIFICATION)
 MASKED_ATTENTION = {"sdpa", "eager"}
 
 
@@ -95,7 +95,7 @@ def _task(model: nn.Module) -> str | None:
     task = modeling.task_of(model)
     if task == modeling.SEQUENCE_CLASSIFICATION:
         return "sequence_classification"
-    return "per_token" if task in PER_TOKEN_TASKS else None
+    return "per_token" if task in modeling.PER_TOKEN_TASKS else None
 
 
 def packing_spec(model: nn.Module, multiple_of: int = 8, mask: str | None = None) -> PackingSpec:
@@ -360,3 +360,48 @@ def _random_draws_refusal(model: nn.Module) -> str | None:
         "losses would differ from stock step by step; padding_free_with_dropout=True packs anyway (the same "
         "distribution, the speed of packing)"
     )
+
+
+# --- registration (passes/registry.py) ---------------------------------------------------------------
+
+
+def loss_reads_rows(trainer) -> str | None:
+    """Why packing would change `trainer`'s loss (one that is not a sum over tokens, e.g. DPO's chosen/rejected
+    rows), or None for Trainer's own loss and TRL's SFTTrainer's."""
+    from transformers import Trainer
+
+    from turbotrain.passes.fused_head_calls import sums_tokens
+
+    if type(trainer).compute_loss is Trainer.compute_loss or sums_tokens(trainer):
+        return None
+    name = type(trainer).__name__
+    logger.info(
+        "turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
+        "chosen/rejected pairs); its batches stay padded",
+        name,
+    )
+    return f"{name} computes its own loss, which may read rows"
+
+
+register_pass(
+    PassSpec(
+        name="padding_free",
+        help=(
+            "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
+            "the collator pads (exact without dropout; passes/padding_free.py)."
+        ),
+        order=30,
+        install=lambda model, setup: apply_padding_free(
+            model, check=setup.check, with_dropout=setup.options["padding_free_with_dropout"]
+        ),
+        more_options=(
+            Option(
+                "padding_free_with_dropout",
+                False,
+                "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw "
+                "other dropout masks than the padded batch, so losses follow stock's in distribution, not step by step.",
+            ),
+        ),
+        refused_by_trainer=loss_reads_rows,
+    )
+)

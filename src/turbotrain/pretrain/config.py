@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from turbotrain.models import ModelShape
+from turbotrain.pretrain.shape import ModelShape
 
 MIN_SEQ_LEN = 16  # shorter cannot hold a sentence with a masked word (the fill-mask examples need ~12-40)
 

@@ -1,9 +1,9 @@
 """What the CPU can do for matmuls, read from /proc/cpuinfo (Linux; elsewhere: nothing known).
 
 `matmul_flags()`: the bf16/fp16 matrix flags present (`amx_bf16`, `amx_tile`, `amx_fp16`,
-`avx512_bf16`, `avx512_fp16`). `has_bf16_units(flags)`: AMX-BF16 or AVX512-BF16 is there, so oneDNN
-runs bf16 matmuls natively (AMX tiles: ~6x fp32 measured on a Xeon; AVX512-BF16: ~2.3x measured on an
-AMD EPYC); without either, bf16 is emulated (converted to fp32) and slower than fp32.
+`avx512_bf16`, `avx512_fp16`). With AMX-BF16 or AVX512-BF16 (`BF16_UNITS`) oneDNN runs bf16 matmuls
+natively (AMX tiles: ~6x fp32 measured on a Xeon; AVX512-BF16: ~2.3x measured on an AMD EPYC); without
+either, bf16 is emulated (converted to fp32) and slower than fp32.
 """
 
 from __future__ import annotations
@@ -30,11 +30,6 @@ def cpu_flags() -> frozenset[str]:
 def matmul_flags(flags: frozenset[str] | None = None) -> list[str]:
     present = cpu_flags() if flags is None else flags
     return [flag for flag in MATMUL_FLAGS if flag in present]
-
-
-def has_bf16_units(flags: frozenset[str] | None = None) -> bool:
-    present = cpu_flags() if flags is None else flags
-    return any(flag in present for flag in BF16_UNITS)
 
 
 @functools.lru_cache(maxsize=1)

@@ -38,10 +38,6 @@ def is_optuna_available() -> bool:
     return is_available("optuna")
 
 
-def is_jax_available() -> bool:
-    return is_available("jax")
-
-
 def is_peft_available() -> bool:
     return is_available("peft")
 

@@ -42,7 +42,6 @@ NOT_USED = {
 @register_backend
 class XlaBackend(Backend):
     name = "xla"
-    description = "XLA via torchax + jax.jit (TPU, GPU, CPU), each batch spread over all local devices"
 
     options_class = XlaOptions
     turns_off = NOT_USED

@@ -54,9 +54,9 @@ OVERRIDES_BYPASSED = ("training_step", "compute_loss")
 def check_trainer(trainer: Trainer) -> None:
     """Refuse what the compiled step would silently ignore."""
     args = trainer.args
-    if str(args.optim) not in ADAMW_OPTIMS:
+    if trainer.turbo_optim not in ADAMW_OPTIMS:  # the optimizer the run uses (args.optim, fused where it can be)
         raise ValueError(
-            f"backend 'xla' trains with torch's AdamW semantics; optim={args.optim!r} is not supported "
+            f"backend 'xla' trains with torch's AdamW semantics; optim={trainer.turbo_optim!r} is not supported "
             f"(use one of {ADAMW_OPTIMS})"
         )
     for name in OVERRIDES_BYPASSED:

@@ -1,4 +1,4 @@
-"""The RoBERTa layout the main job and the benchmark train from scratch (built from a config, no download).
+"""The RoBERTa layout the main job trains from scratch, and the benchmark too (built from a config, no download).
 
 `ModelShape` holds the size options both share (and the CLI exposes as the same flags); each of them
 subclasses it with its own defaults (`vocab_size`: 8,000 for pretraining on the built-in corpus,

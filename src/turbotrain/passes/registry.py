@@ -1,0 +1,171 @@
+"""The one list of turbotrain's passes. Each pass module ends by registering a `PassSpec`: its name (which
+is also its option's name), its options, how to install it from the effective options, why a trainer or a
+model refuses it, and how the run's summary names it. Everything that names passes loops over this list:
+
+* `optimize()` (optimize.py) installs the model passes in `order`, each from a `Setup`;
+* `TurboOptions` (args.py) has one field per `Option` the passes declare, so `TurboTrainingArguments`,
+  `turbo_arguments(...)` and the command line of an `HfArgumentParser` script get them too;
+* the trainer asks every pass still on whether this trainer refuses it (`refused_by_trainer`, e.g. label
+  smoothing reads the full logits), once, and switches it off in the effective options;
+* the run's summary (summary.py) names each installed pass by its `label`, and each requested one that is
+  not active with why;
+* the benchmark's `turbo_off` ablations and the CLI's `--turbo-off` take every pass name.
+
+Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))`, and its module named
+in the registration import of `passes/__init__.py`. A pass outside the package registers the same way,
+before `turbotrain.args` is imported: `TurboOptions` is built from this list then, and a registration after
+that raises (its option would be missing).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+_PASSES: dict[str, PassSpec] = {}
+_OPTIONS_BUILT = False  # set once TurboOptions has read the options (args.py)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option as `TurboOptions` carries it: a switch (bool default) or one of `choices` (str default).
+    `off` is the value that turns the pass off (what `--turbo-off` and a backend's `turns_off` set)."""
+
+    name: str
+    default: bool | str
+    help: str
+    choices: tuple[str, ...] = ()
+    off: bool | str = False
+
+    @property
+    def type(self) -> type:
+        return type(self.default)
+
+    def check(self, value: Any) -> None:
+        if self.choices and value not in self.choices:
+            raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}")
+        if not self.choices and not isinstance(value, bool):
+            raise ValueError(f"{self.name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a pass's `install` reads: every pass option's effective value by name, whether to run the
+    self-checks, whether TRL's `fused_lm_head` calls may be answered (passes/fused_head_calls.py), and the
+    passes installed before it (name -> installed pass)."""
+
+    options: Mapping[str, Any]
+    check: bool = True
+    fused_head_calls: bool = False
+    installed: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _refused(model) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class PassSpec:
+    """One pass. `install(model, setup)` returns the installed pass (with `remove()`) or None; None is a
+    refusal of the model (said in one warning by the pass, listed in the summary) where `refused_for(model)`,
+    else there was nothing to do (no tanh GELU to fuse). `install=None`: not a model pass (the fused
+    optimizer, which the trainer applies through the optimizer it creates). `refused_by_trainer(trainer)`:
+    why this trainer's loss cannot use the pass (logged by the pass), or None. `label(installed)`: its
+    name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
+    summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
+    calls). `more_options`: options that tune the pass (`padding_free_with_dropout`)."""
+
+    name: str
+    help: str
+    order: int  # install order, and the order of reports and options
+    install: Callable[[Any, Setup], Any] | None
+    default: bool | str = True
+    choices: tuple[str, ...] = ()
+    off: bool | str = False
+    more_options: tuple[Option, ...] = ()
+    refused_by_trainer: Callable[[Any], str | None] | None = None
+    refused_for: Callable[[Any], bool] = _refused
+    label: Callable[[Any], str] | None = None
+    listed_when_inactive: bool = True
+
+    @property
+    def options(self) -> tuple[Option, ...]:
+        return (Option(self.name, self.default, self.help, self.choices, self.off), *self.more_options)
+
+    def label_of(self, installed: Any) -> str:
+        return self.label(installed) if self.label is not None else self.name
+
+
+def register_pass(spec: PassSpec) -> PassSpec:
+    """Add `spec` to the registry (before `turbotrain.args` is imported: see the module docstring)."""
+    if _OPTIONS_BUILT:
+        raise RuntimeError(
+            f"pass '{spec.name}' registered after TurboOptions was built from the registry: import the module "
+            "that registers it before turbotrain.args (or turbotrain.TurboTrainer)"
+        )
+    taken = {option.name for known in _PASSES.values() for option in known.options}
+    clash = sorted(taken.intersection(option.name for option in spec.options))
+    if spec.name in _PASSES or clash:
+        raise ValueError(f"pass '{spec.name}': option names already registered: {clash or [spec.name]}")
+    _PASSES[spec.name] = spec
+    return spec
+
+
+def passes() -> list[PassSpec]:
+    """Every registered pass, in install order."""
+    return sorted(_PASSES.values(), key=lambda spec: spec.order)
+
+
+def model_passes() -> list[PassSpec]:
+    """The passes `optimize()` installs on a model."""
+    return [spec for spec in passes() if spec.install is not None]
+
+
+def pass_names() -> list[str]:
+    return [spec.name for spec in passes()]
+
+
+def get_pass(name: str) -> PassSpec:
+    return _PASSES[name]
+
+
+def options(model_only: bool = False) -> list[Option]:
+    """Every pass option, in pass order (`model_only`: of the model passes, what `optimize()` takes)."""
+    return [option for spec in (model_passes() if model_only else passes()) for option in spec.options]
+
+
+def options_for_turbo_options() -> list[Option]:
+    """`options()`, for args.py to build `TurboOptions` from; later registrations are refused."""
+    global _OPTIONS_BUILT
+    _OPTIONS_BUILT = True
+    return options()
+
+
+def off_value(name: str) -> bool | str:
+    """The value that turns option `name` off."""
+    return next(option.off for option in options() if option.name == name)
+
+
+def option_values(given: Mapping[str, Any]) -> dict[str, Any]:
+    """Every model-pass option's value: `given` (checked) over the defaults; an unknown name is a TypeError."""
+    known = {option.name: option for option in options(model_only=True)}
+    unknown = sorted(set(given) - set(known))
+    if unknown:
+        raise TypeError(f"unknown pass options {unknown}; the passes take: {', '.join(known)}")
+    values = {name: given.get(name, option.default) for name, option in known.items()}
+    for name, value in values.items():
+        known[name].check(value)
+    return values
+
+
+def trainer_refusals(trainer, options) -> dict[str, str]:
+    """Pass name -> why `trainer` refuses it, for every pass `options` (effective TurboOptions) still has on."""
+    refusals = {}
+    for spec in passes():
+        if spec.refused_by_trainer is None or getattr(options, spec.name) == spec.off:
+            continue
+        reason = spec.refused_by_trainer(trainer)
+        if reason is not None:
+            refusals[spec.name] = reason
+    return refusals
