@@ -35,6 +35,7 @@ SWITCHES = (
     "padding_free_with_dropout",
     "embedding_grad",
     "fused_activation",
+    "fused_lora",
 )
 
 
@@ -106,6 +107,13 @@ class TurboOptions:
         metadata=_help(
             "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
             "(exact within float rounding; passes/fused_activation.py)."
+        ),
+    )
+    fused_lora: bool = field(
+        default=True,
+        metadata=_help(
+            "Run each PEFT LoRA linear layer (lora_dropout=0) as one op: the scaling inside the GEMM, no gradient "
+            "for the frozen base (exact within float rounding; passes/fused_lora.py)."
         ),
     )
     max_tokens_per_batch: int | None = field(

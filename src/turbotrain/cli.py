@@ -116,7 +116,7 @@ def _bench_parser(sub) -> None:
         default=[],
         metavar="PASS",
         help="turn passes off for the turbo peer (ablation): label_sparsity padding_free embedding_grad "
-        "fused_optimizer fused_activation",
+        "fused_optimizer fused_activation fused_lora",
     )
     _add_model_flags(p, d)
 

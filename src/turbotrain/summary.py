@@ -16,7 +16,7 @@ import logging
 from transformers import TrainerCallback
 
 logger = logging.getLogger("turbotrain")
-PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_activation")
+PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_activation", "fused_lora")
 
 
 def summary_line(backend_summary: str, applied: list[str], optim: str, not_active: dict[str, str]) -> str:

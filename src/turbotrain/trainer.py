@@ -127,6 +127,7 @@ class TurboMixin(TrainerBoundary):
             embedding_grad=self.turbo_options.embedding_grad,
             chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
             fused_activation=self.turbo_options.fused_activation,
+            fused_lora=self.turbo_options.fused_lora,
         )
         if self.turbo_report.chunked_ce is not None:
             self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)

@@ -34,7 +34,7 @@ from turbotrain.data.variable import build_variable_length_data
 from turbotrain.models import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
-TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")
+TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation", "fused_lora")
 LENGTHS = ("fixed", "variable")
 TASKS = ("mlm", "cls", "clm", "sft")  # clm: GPT-2 causal LM on fixed blocks; sft: chat-style rows (bench/sft.py)
 

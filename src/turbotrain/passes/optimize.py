@@ -15,6 +15,7 @@ from turbotrain.modeling import is_language_model
 from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
 from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
 from turbotrain.passes.fused_activation import FusedActivation, apply_fused_activation, has_tanh_gelu
+from turbotrain.passes.fused_lora import FusedLora, apply_fused_lora, lora_layers
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
 
@@ -31,11 +32,12 @@ class OptimizeReport:
     padding_free: PaddingFree | None = None
     embedding_grad: BufferedEmbeddingGrad | None = None
     fused_activation: FusedActivation | None = None
+    fused_lora: FusedLora | None = None
     skipped: list[str] = field(default_factory=list)
 
     @property
     def applied(self) -> list[str]:
-        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad", "fused_activation")
+        names = ("label_sparsity", "chunked_ce", "padding_free", "embedding_grad", "fused_activation", "fused_lora")
         return [name for name in names if getattr(self, name) is not None]
 
     def undo(self) -> None:
@@ -62,6 +64,7 @@ def optimize(
     embedding_grad: bool = True,
     chunked_cross_entropy: str = "auto",
     fused_activation: bool = True,
+    fused_lora: bool = True,
     self_check: bool = True,
 ) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
@@ -71,6 +74,7 @@ def optimize(
     `padding_free_with_dropout`: pack also a model that trains with dropout (other masks than stock's).
     `chunked_cross_entropy` ("auto", "always", "never"): the chunked head behind label sparsity
     (passes/chunked_ce.py); "auto" uses it for calls whose kept logits would pass 64 MB.
+    `fused_lora`: PEFT LoRA linear layers as one op each (passes/fused_lora.py).
     """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
@@ -91,5 +95,9 @@ def optimize(
         report.fused_activation = apply_fused_activation(model)
         if report.fused_activation is None and has_tanh_gelu(model):
             report.skipped.append("fused_activation")
+    if fused_lora:
+        report.fused_lora = apply_fused_lora(model, check=self_check)
+        if report.fused_lora is None and lora_layers(model):
+            report.skipped.append("fused_lora")
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report
