@@ -290,3 +290,19 @@ def test_turbo_trainer_golden_losses_match_stock_trainer(tmp_path):
     for name, param in turbo.model.named_parameters():
         if param.requires_grad:
             torch.testing.assert_close(param, adapters[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_under_torch_compile_the_stock_forward_is_traced():
+    stock, fused, _ = stock_and_fused(llama)
+    layer, stock_layer = lora_layers(fused)[0], lora_layers(stock)[0]
+    graphs = []
+
+    def recording_backend(graph_module, example_inputs):
+        graphs.append([str(node.target) for node in graph_module.graph.nodes])
+        return graph_module.forward
+
+    layer.compile(backend=recording_backend)  # in place, as the inductor backend compiles
+    x = torch.randn(3, 37, layer.in_features)
+    torch.testing.assert_close(layer(x), stock_layer(x))
+    (targets,) = graphs
+    assert any("mul" in target for target in targets) and not any("addmm" in target for target in targets)
