@@ -202,10 +202,24 @@ def test_merged_several_active_and_mixed_dtype_adapters_are_refused(caplog):
     several.base_model.set_adapter(["default", "second"])
     assert "several active adapters" in _refused(caplog, several)
 
+
+def test_fp32_adapters_on_a_bf16_base_fuse_under_autocast_only(caplog):
+    """PEFT's default on a bf16 model: fp32 adapters. Without autocast stock's forward runs (its own casts);
+    under autocast (Trainer's bf16=True) everything is cast to bf16 as autocast casts stock's layers."""
     from peft import LoraConfig, get_peft_model
 
-    upcast = get_peft_model(llama(torch.bfloat16), LoraConfig(r=4, target_modules=TARGETS))  # fp32 adapters
-    assert "adapters in another dtype than the base weight" in _refused(caplog, upcast)
+    stock = get_peft_model(llama(torch.bfloat16), LoraConfig(r=4, target_modules=TARGETS, init_lora_weights=False))
+    assert lora_layers(stock)[0].lora_A["default"].weight.dtype == torch.float32
+    fused = copy.deepcopy(stock)
+    with caplog.at_level(logging.INFO, logger="turbotrain"):
+        assert apply_fused_lora(fused) is not None
+    assert "14 LoRA layers keep adapters in another dtype than their base" in caplog.text
+    batch = synthetic_batch(stock, [37, 20, 1], seed=10)
+    assert_same(loss_and_grads(stock, batch), loss_and_grads(fused, batch), rtol=0, atol=0)  # stock's forward
+    reference = loss_and_grads(copy.deepcopy(stock).float(), batch)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        stock_step, fused_step = loss_and_grads(stock, batch), loss_and_grads(fused, batch)
+    _assert_as_close_as_stock_to_fp32(stock_step, fused_step, reference)
 
 
 def test_gpt2_conv1d_bases_and_models_without_lora_are_left_alone(caplog):

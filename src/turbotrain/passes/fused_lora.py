@@ -27,10 +27,12 @@ linear layers, and the op runs with autocast off.
 
 Where: every `peft.tuners.lora.Linear` (exactly that class: PEFT's quantized and other variants are their
 own classes) whose base is a plain `nn.Linear` and whose active adapter has `lora_dropout=0`, no DoRA or
-other variant, no `lora_bias`, adapters in the base weight's dtype, a frozen base, no hooks on its modules
-and no merged adapter. Other LoRA layers stay stock, one info line says how many and why. Each call checks
-the state again (a later `merge_adapter()`, `disable_adapter()`, `set_adapter([...])`, extra arguments,
-`torch.compile` tracing, mixed dtypes) and runs stock's forward where it no longer holds.
+other variant, no `lora_bias`, fp32/bf16/fp16 plain tensors, a frozen base, no hooks on its modules and
+no merged adapter. Other LoRA layers stay stock, one info line says how many and why. Adapters in another
+dtype than the base (PEFT's fp32 adapters on a bf16 model) fuse only under autocast, where stock computes
+in one dtype too. Each call checks the state again (a later `merge_adapter()`, `disable_adapter()`,
+`set_adapter([...])`, extra arguments, `torch.compile` or `torch.export` tracing, devices other than CPU
+and CUDA, mixed dtypes without autocast) and runs stock's forward where it no longer holds.
 Saved state is untouched: the same parameters (state dict keys, `save_pretrained`, `merge_and_unload`
 as stock's); `remove()` takes the forwards off. At install one layer of each shape is compared with
 stock's forward and backward on a small random input; a mismatch leaves the model stock (one warning).
@@ -115,6 +117,13 @@ def _plain(tensor) -> bool:
 
 def refusal(layer: nn.Module) -> str | None:
     """Why this LoRA `Linear` cannot run fused now (None: it can). Checked at install and on every call."""
+    try:
+        return _refusal(layer)
+    except (AttributeError, KeyError) as error:  # a PEFT release that lays its layer out otherwise
+        return f"a LoRA layer layout this pass does not know ({type(error).__name__}: {error})"
+
+
+def _refusal(layer: nn.Module) -> str | None:
     if layer.disable_adapters or layer.merged:
         return "merged or disabled adapters"
     active = layer.active_adapters
@@ -128,21 +137,32 @@ def refusal(layer: nn.Module) -> str | None:
         return "a base that is not a plain nn.Linear (quantized or wrapped)"
     if type(layer.lora_dropout[name]) is not nn.Identity:
         return "lora_dropout > 0"
-    if name in layer.lora_variant or layer.use_dora.get(name):
+    if name in getattr(layer, "lora_variant", {}) or layer.use_dora.get(name):
         return "DoRA or another LoRA variant"
-    if layer.lora_bias.get(name) or type(lora_a) is not nn.Linear or type(lora_b) is not nn.Linear:
+    if getattr(layer, "lora_bias", {}).get(name) or type(lora_a) is not nn.Linear or type(lora_b) is not nn.Linear:
         return "lora_bias or custom adapter modules"
     if lora_b.bias is not None or lora_a.bias is not None:
         return "lora_bias or custom adapter modules"
-    tensors = [base.weight, lora_a.weight, lora_b.weight] + ([base.bias] if base.bias is not None else [])
-    dtypes = {t.dtype for t in tensors}
-    if not all(_plain(t) for t in tensors) or len(dtypes) != 1 or not dtypes <= FLOAT_DTYPES:
-        return "adapters in another dtype than the base weight, float64, or wrapped parameters"
+    tensors = _tensors(layer, name)
+    if not all(_plain(t) for t in tensors) or not {t.dtype for t in tensors} <= FLOAT_DTYPES:
+        return "float64 or wrapped (quantized, sharded, distributed) parameters"
     if base.weight.requires_grad or (base.bias is not None and base.bias.requires_grad):
         return "a base weight that trains"
     if _hooked(base) or _hooked(lora_a) or _hooked(lora_b):
         return "hooks on its base or adapter modules"
     return None
+
+
+def _tensors(layer: nn.Module, name: str) -> list[torch.Tensor]:
+    """Base weight (and bias), A and B of the adapter `name`."""
+    base = layer.base_layer
+    tensors = [base.weight, layer.lora_A[name].weight, layer.lora_B[name].weight]
+    return tensors + ([base.bias] if base.bias is not None else [])
+
+
+def _mixed_dtypes(layer: nn.Module) -> bool:
+    """Adapters in another dtype than the base (PEFT upcasts adapters of a bf16 model to fp32 by default)."""
+    return len({t.dtype for t in _tensors(layer, layer.active_adapters[0])}) > 1
 
 
 def _fused_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -153,8 +173,8 @@ def _fused_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return stock(self, x, *args, **kwargs)
     name = self.active_adapters[0]
     base, lora_a, lora_b = self.base_layer, self.lora_A[name].weight, self.lora_B[name].weight
-    if not torch.is_autocast_enabled(x.device.type) and x.dtype != base.weight.dtype:
-        return stock(self, x, *args, **kwargs)  # stock's own dtype error or casting: leave both to it
+    if not torch.is_autocast_enabled(x.device.type) and (x.dtype != base.weight.dtype or _mixed_dtypes(self)):
+        return stock(self, x, *args, **kwargs)  # stock's own casts (or dtype error) without autocast: leave to it
     return fused_lora_linear(x, base.weight, base.bias, lora_a, lora_b, self.scaling[name])
 
 
@@ -179,16 +199,18 @@ def lora_layers(model: nn.Module) -> list[nn.Module]:
 
 
 def _layer_mismatch(layer: nn.Module) -> str | None:
-    """Stock and fused forward and backward of `layer` on a small random input: None if they agree."""
+    """Stock and fused forward and backward of `layer` on a small random input: None if they agree.
+    Adapters in another dtype than the base are compared under autocast to the base's dtype (where they fuse)."""
     name = layer.active_adapters[0]
     weight = layer.base_layer.weight
     params = [layer.lora_A[name].weight, layer.lora_B[name].weight]
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, layer.in_features, generator=generator).to(weight.device, weight.dtype).requires_grad_()
     g = torch.randn(2, 3, layer.out_features, generator=generator).to(weight.device, weight.dtype)
-    tolerance = 1e-4 if weight.dtype == torch.float32 else 2e-2
+    mixed = _mixed_dtypes(layer)
+    tolerance = 1e-4 if weight.dtype == torch.float32 and not mixed else 2e-2
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autocast(weight.device.type, dtype=weight.dtype, enabled=mixed):
             results = []
             for forward in (type(layer).forward, _fused_forward):
                 y = forward(layer, x)
@@ -206,12 +228,8 @@ def _layer_mismatch(layer: nn.Module) -> str | None:
 def _checked(layers: list[nn.Module]) -> str | None:
     seen = set()
     for layer in layers:
-        shape = (
-            layer.in_features,
-            layer.out_features,
-            layer.base_layer.bias is not None,
-            layer.base_layer.weight.dtype,
-        )
+        base = layer.base_layer
+        shape = (layer.in_features, layer.out_features, base.bias is not None, base.weight.dtype, _mixed_dtypes(layer))
         if shape not in seen:
             seen.add(shape)
             problem = _layer_mismatch(layer)
@@ -239,6 +257,12 @@ def apply_fused_lora(model: nn.Module, check: bool = True) -> FusedLora | None:
         log_once(f"turbotrain: fused_lora left {sum(refused.values())} of {len(layers)} LoRA layers stock: {listed}")
     if not eligible:
         return None
+    mixed = sum(_mixed_dtypes(layer) for layer in eligible)
+    if mixed:
+        log_once(
+            f"turbotrain: fused_lora: {mixed} LoRA layers keep adapters in another dtype than their base (PEFT's "
+            "fp32 adapters on a 16-bit model): fused under autocast (bf16=True, fp16=True), PEFT's forward otherwise"
+        )
     problem = _checked(eligible) if check else None
     if problem is not None:
         warn_once(f"turbotrain: fused_lora left {type(model).__name__} stock: {problem}.")
