@@ -1,6 +1,7 @@
 """Microbenchmark of one LoRA projection (and of q/k/v, gate/up groups) forward + backward, four ways.
 
     OMP_NUM_THREADS=2 python benchmarks/scripts/fused_lora_op.py --tokens 1024 --rounds 7
+    OMP_NUM_THREADS=1 python benchmarks/scripts/fused_lora_op.py --tokens 1024 --clock cpu   # on a loaded machine
 
 Shapes: Llama-3.2-1B (hidden 2048, 32 heads / 8 key-value heads of 64: q and o 2048 -> 2048, k and v
 2048 -> 512; MLP 8192), LoRA r=16, alpha 32, fp32, x [tokens, 2048] requiring grad (a middle layer), W
@@ -130,18 +131,18 @@ def check(variants, x, grads):
             torch.testing.assert_close(got.detach(), want, rtol=1e-4, atol=1e-4, msg=name)
 
 
-def measure(variants, x, grads, rounds: int, reps: int) -> dict[str, list[float]]:
+def measure(variants, x, grads, rounds: int, reps: int, clock=time.perf_counter) -> dict[str, list[float]]:
     """Seconds per forward + backward: one untimed round, then `rounds`, each variant's turn rotating."""
     names = list(variants)
     times = {name: [] for name in names}
     for round_index in range(rounds + 1):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
-            start = time.perf_counter()
+            start = clock()
             for _ in range(reps):
                 step(variants[name], x, grads)
             if round_index:
-                times[name].append((time.perf_counter() - start) / reps)
+                times[name].append((clock() - start) / reps)
     return times
 
 
@@ -152,10 +153,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--scale", type=int, default=1, help="divide every width by this (a quick dry run)")
+    parser.add_argument(
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="cpu: this process's CPU time (with OMP_NUM_THREADS=1 it leaves out the time other processes run "
+        "on a shared machine, not their contention for caches and memory bandwidth)",
+    )
     ns = parser.parse_args()
+    clock = time.perf_counter if ns.clock == "wall" else time.process_time
     generator = torch.Generator().manual_seed(0)
     torch.manual_seed(0)
-    print(f"torch {torch.__version__}, threads {torch.get_num_threads()}, tokens {ns.tokens}, r {ns.rank}, fp32")
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, tokens {ns.tokens}, r {ns.rank}, fp32, "
+        f"{ns.clock} clock"
+    )
     cases = {}
     for name, (fan_in, fan_out) in SINGLE.items():
         fan_in, fan_out = fan_in // ns.scale, fan_out // ns.scale
@@ -174,7 +186,7 @@ def main() -> None:
         x = torch.randn(ns.tokens, fan_in, generator=generator).requires_grad_()
         grads = [o.detach().normal_(generator=generator) for o in variants["stock"](x)]
         check(variants, x, grads)
-        times = measure(variants, x, grads, ns.rounds, ns.reps)
+        times = measure(variants, x, grads, ns.rounds, ns.reps, clock)
         stock = statistics.median(times["stock"])
         row = ", ".join(
             f"{name} {statistics.median(t) * 1e3:.1f} ms ({stock / statistics.median(t):.2f}x, min {min(t) * 1e3:.1f})"

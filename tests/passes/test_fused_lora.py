@@ -151,6 +151,18 @@ def _assert_as_close_as_stock_to_fp32(stock_step, fused_step, reference):
     assert abs(fused_step[0].float() - reference[0]).item() <= 2 * stock_loss_error + 1e-3 * reference[0].item()
 
 
+def test_the_output_may_be_modified_in_place_as_stock_allows():
+    stock, fused, _ = stock_and_fused(llama)
+    layer, stock_layer = lora_layers(fused)[0], lora_layers(stock)[0]
+    x = torch.randn(3, 37, layer.in_features)
+    grads = []
+    for module in (stock_layer, layer):
+        module.zero_grad()
+        module(x).mul_(2).square().sum().backward()
+        grads.append(module.lora_A["default"].weight.grad)
+    torch.testing.assert_close(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+
+
 def test_bf16_is_as_close_to_fp32_as_stock_bf16():
     stock, fused, installed = stock_and_fused(lambda: llama(torch.bfloat16))
     assert installed is not None

@@ -54,46 +54,50 @@ FLOAT_DTYPES = {torch.float32, torch.bfloat16, torch.float16}
 
 
 class _LoraLinear(torch.autograd.Function):
-    """y = x W^T + b + s · (x A^T) B^T with gradients for x, A and B only (W and b frozen)."""
+    """y = x W^T + b + s · (x A^T) B^T on x [N, in], with gradients for x, A and B only (W and b frozen)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, lora_a, lora_b, scaling: float):
-        flat = x.reshape(-1, x.shape[-1])  # [..., in] -> [N, in]
-        hidden = flat @ lora_a.t()  # [N, r]
-        out = torch.addmm(bias, flat, weight.t()) if bias is not None else flat @ weight.t()  # [N, out]
+        hidden = x @ lora_a.t()  # [N, r]
+        out = torch.addmm(bias, x, weight.t()) if bias is not None else x @ weight.t()  # [N, out]
         out.addmm_(hidden, lora_b.t(), alpha=scaling)
         need_x, need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[3], ctx.needs_input_grad[4]
-        ctx.save_for_backward(flat if need_a else None, hidden if need_b else None, weight, lora_a, lora_b)
-        ctx.scaling, ctx.input_shape, ctx.need = scaling, x.shape, (need_x, need_a, need_b)
-        return out.view(*x.shape[:-1], out.shape[-1])
+        ctx.save_for_backward(x if need_a else None, hidden if need_b else None, weight, lora_a, lora_b)
+        ctx.scaling, ctx.need = scaling, (need_x, need_a, need_b)
+        return out
 
     @staticmethod
-    def backward(ctx, grad_out):
-        flat, hidden, weight, lora_a, lora_b = ctx.saved_tensors
+    def backward(ctx, g):  # g [N, out]
+        x, hidden, weight, lora_a, lora_b = ctx.saved_tensors
         need_x, need_a, need_b = ctx.need
-        g = grad_out.reshape(-1, grad_out.shape[-1])  # [N, out]
         grad_x = grad_a = grad_b = None
         if need_b:
             grad_b = (g.t() @ hidden).mul_(ctx.scaling)  # [out, r]
         if need_x or need_a:
             grad_hidden = (g @ lora_b).mul_(ctx.scaling)  # [N, r]
             if need_a:
-                grad_a = grad_hidden.t() @ flat  # [r, in]
+                grad_a = grad_hidden.t() @ x  # [r, in]
             if need_x:
-                grad_x = (g @ weight).addmm_(grad_hidden, lora_a).view(ctx.input_shape)  # [N, in] -> [..., in]
+                grad_x = (g @ weight).addmm_(grad_hidden, lora_a)  # [N, in]
         return grad_x, None, None, grad_a, grad_b, None
 
 
 def fused_lora_linear(x, weight, bias, lora_a, lora_b, scaling: float) -> torch.Tensor:
-    """`x W^T + b + scaling · (x A^T) B^T` as one op, autocast applied as to stock's linear layers."""
+    """`x W^T + b + scaling · (x A^T) B^T` as one op, autocast applied as to stock's linear layers.
+
+    The [..., in] <-> [N, in] reshapes stay outside the autograd.Function, so the output is an ordinary
+    tensor that callers may modify in place (a view made inside a Function may not be)."""
     device_type = x.device.type
+    leading = x.shape[:-1]
     if device_type in AUTOCAST_DEVICES and torch.is_autocast_enabled(device_type):
         dtype = torch.get_autocast_dtype(device_type)
         x, weight, lora_a, lora_b = (t.to(dtype) for t in (x, weight, lora_a, lora_b))
         bias = bias.to(dtype) if bias is not None else None
         with torch.autocast(device_type, enabled=False):
-            return _LoraLinear.apply(x, weight, bias, lora_a, lora_b, scaling)
-    return _LoraLinear.apply(x, weight, bias, lora_a, lora_b, scaling)
+            out = _LoraLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias, lora_a, lora_b, scaling)
+    else:
+        out = _LoraLinear.apply(x.reshape(-1, x.shape[-1]), weight, bias, lora_a, lora_b, scaling)
+    return out.view(*leading, out.shape[-1])
 
 
 def _lora_classes():
@@ -112,7 +116,7 @@ def _hooked(module: nn.Module) -> bool:
 
 
 def _plain(tensor) -> bool:
-    return type(tensor) in (torch.Tensor, nn.Parameter)  # not a DTensor, a quantized or ZeRO-partitioned wrapper
+    return type(tensor) in (torch.Tensor, nn.Parameter)  # not a DTensor or a quantized wrapper (ZeRO-3: its hooks)
 
 
 def refusal(layer: nn.Module) -> str | None:
