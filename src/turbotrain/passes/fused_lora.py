@@ -12,7 +12,7 @@ adapter's input gradients, a new [N, in] tensor. With x [N, in], W [out, in], A 
 
 No gradient is built for the frozen W or b (stock builds none either); it saves what stock saves (x and h;
 W, A and B are parameters), and peaks lower: one [N, out] tensor in forward where stock holds up to three,
-one [N, in] in backward where stock holds two. Measured: see benchmarks/2026-12-02-cpu-fused-lora-op.md.
+one [N, in] in backward where stock holds two. Measured: see benchmarks/2026-12-01-cpu-fused-lora-op.md.
 
 Not done, measured: computing the base and A projections in one GEMM over stacked [W; A] (or [Wq; Wk; Wv;
 Aq; Ak; Av] for q/k/v, [W_gate; W_up; ...] for gate/up). Stacking per step copies W (out·in) every call;
