@@ -332,3 +332,18 @@ def test_under_torch_compile_the_stock_forward_is_traced():
     torch.testing.assert_close(layer(x), stock_layer(x))
     (targets,) = graphs
     assert any("mul" in target for target in targets) and not any("addmm" in target for target in targets)
+
+
+def test_a_deep_copy_of_an_installed_model_runs_its_own_weights():
+    """TRL's reference models and the bench copy models with `copy.deepcopy`: the fused forward must bind
+    to the copy's layer, not to the original's."""
+    stock, fused, _ = stock_and_fused(llama)
+    copied = copy.deepcopy(fused)
+    with torch.no_grad():
+        for layer in lora_layers(copied):
+            layer.lora_B["default"].weight.mul_(3)
+        for layer in lora_layers(stock):
+            layer.lora_B["default"].weight.mul_(3)
+    assert all("forward" in layer.__dict__ for layer in lora_layers(copied))
+    batch = synthetic_batch(stock, [37, 20, 1], seed=11)
+    assert_same(loss_and_grads(stock, batch), loss_and_grads(copied, batch))
