@@ -41,7 +41,7 @@ def test_backend_refusals_are_named():
     )  # fused_activation: nothing to do, not listed
     assert reasons == {
         "padding_free": "not used with backend xla",
-        "embedding_grad": "refused for this model: see the warning above",
+        "embedding_grad": "refused for this model: see the log above",
     }
     assert summary_line("xla", ["label_sparsity"], "adamw_torch", reasons).endswith(
         "not active: padding_free (not used with backend xla); embedding_grad (refused for this model: see the "
@@ -79,7 +79,7 @@ def test_summary_says_when_auto_chunked_cross_entropy_is_used(tmp_path):
 
 
 def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
-    # run_glue.py's summary said "label_sparsity (refused for this model: see the warning above)" with no
+    # run_glue.py's summary said "label_sparsity (refused for this model: see the log above)" with no
     # warning anywhere: a classifier has no vocabulary head, nothing to gain and nothing to refuse.
     from tests.tiny_models import make
 

@@ -7,7 +7,7 @@ which passes are active, the optimizer, and every requested pass that is not act
 this model). The passes and their labels are the registry's (passes/registry.py).
 
     turbotrain: backend auto: eager (...); passes: label_sparsity, embedding_grad; optim adamw_torch_fused;
-    not active: padding_free (refused for this model: see the warning above)
+    not active: padding_free (refused for this model: see the log above)
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def not_active(
         elif name in refused:
             reasons[name] = refused[name]
         elif getattr(effective, name) != spec.off and name in skipped:
-            reasons[name] = "refused for this model: see the warning above"
+            reasons[name] = "refused for this model: see the log above"
     return reasons
 
 

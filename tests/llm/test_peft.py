@@ -70,8 +70,12 @@ def test_embeddings_and_head_in_modules_to_save_get_every_pass_with_stock_gradie
     stock = peft_model(["embed_tokens", "lm_head"])
     turbo = copy.deepcopy(stock)
     report = optimize(turbo, chunked_cross_entropy="always")
-    assert report.applied == ["label_sparsity", "chunked_cross_entropy", "padding_free", "embedding_grad"], (
-        report.skipped
-    )
+    assert report.applied == [
+        "label_sparsity",
+        "chunked_cross_entropy",
+        "padding_free",
+        "embedding_grad",
+        "fused_lora",
+    ], report.skipped
     inputs = synthetic_batch(stock, [9, 6, 3], seed=2, ignore_every=3)
     assert_same(loss_and_grads(stock, inputs), loss_and_grads(turbo, inputs))

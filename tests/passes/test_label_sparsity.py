@@ -111,7 +111,7 @@ def test_classifier_is_skipped_silently():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         report = optimize(make("bert", task="cls"), padding_free=False)
-    # not in `skipped` either: that list is what the summary line calls "refused ... see the warning above"
+    # not in `skipped` either: that list is what the summary line calls "refused ... see the log above"
     assert report.label_sparsity is None and report.skipped == []
     assert not [w for w in caught if issubclass(w.category, TurbotrainWarning)]
 

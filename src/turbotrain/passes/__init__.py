@@ -9,6 +9,7 @@ from turbotrain.passes import (  # noqa: F401  (registration: one line per pass 
     chunked_ce,
     embedding_grad,
     fused_activation,
+    fused_lora,
     fused_optimizer,
     label_sparsity,
     padding_free,
