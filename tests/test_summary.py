@@ -45,7 +45,7 @@ def test_backend_refusals_are_named():
     }
     assert summary_line("xla", ["label_sparsity"], "adamw_torch", reasons).endswith(
         "not active: padding_free (not used with backend xla); embedding_grad (refused for this model: see the "
-        "warning above)"
+        "log above)"
     )
 
 
