@@ -164,8 +164,9 @@ def test_packed_rows_keep_every_layers_window(family, label_sparsity):
     packed = report.collator(lambda features: features)(dict(padded))
     assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # sequences really share rows
     expected, got = loss_and_grads(stock, padded), loss_and_grads(model, packed)
-    if family == "gemma4":  # its per-layer input projections sum float noise of 1.6e-6 at a 0.16 scale
-        assert_same_relative_to_scale(expected, got, rtol=1e-5)
+    if family == "gemma4":  # per-layer input projections: float noise up to 1.3e-5 of a tensor's scale (a
+        # mask error moved losses by 1e-3); each gradient judged against its tensor's largest value
+        assert_same_relative_to_scale(expected, got, rtol=3e-5)
     else:
         assert_same(expected, got, rtol=1e-5, atol=1e-6)
 
