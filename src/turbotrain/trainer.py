@@ -13,8 +13,11 @@ which forwards them to the public `turbo_*` methods here:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py); an fp32 run on a CPU gets one more line on bf16 (bf16_hint.py).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
-* `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
-  prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* `get_train_dataloader`: the training batches go through the padding-free packer, and on an
+  accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
+  evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
+  the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3).
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
   carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
@@ -42,16 +45,17 @@ import logging
 from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 
-from turbotrain import checkpoints
+from turbotrain import checkpoints, device_step
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
-from turbotrain.passes import fused_head_calls
+from turbotrain.passes import embedding_grad, fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
+from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, not_active, summary_line
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -118,16 +122,26 @@ class TurboMixin(TrainerBoundary):
         )
         return False
 
+    def _embedding_grad_allowed(self) -> bool:
+        """The buffer pays on the CPU only, and sharded parameters take no sparse gradient (embedding_grad.py)."""
+        if not self.turbo_options.embedding_grad:
+            return False
+        why = embedding_grad.refusal(self.args.device, sharded=device_step.shards_parameters(self))
+        if why is not None:
+            self.turbo_refused["embedding_grad"] = why
+        return why is None
+
     def _prepare_model(self, model: nn.Module) -> nn.Module:
-        self.turbo_report = optimize(
-            model,
-            label_sparsity=self._label_sparsity_allowed(),
-            padding_free=self._padding_free_allowed(),
-            padding_free_with_dropout=self.turbo_options.padding_free_with_dropout,
-            embedding_grad=self.turbo_options.embedding_grad,
-            chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
-            fused_activation=self.turbo_options.fused_activation,
-        )
+        with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
+            self.turbo_report = optimize(
+                model,
+                label_sparsity=self._label_sparsity_allowed(),
+                padding_free=self._padding_free_allowed(),
+                padding_free_with_dropout=self.turbo_options.padding_free_with_dropout,
+                embedding_grad=self._embedding_grad_allowed(),
+                chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
+                fused_activation=self.turbo_options.fused_activation,
+            )
         if self.turbo_report.chunked_ce is not None:
             self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
         return self.backend.wrap_model(model)
@@ -138,10 +152,11 @@ class TurboMixin(TrainerBoundary):
         return self._prepare_model(model) if self._turbo_ready else model
 
     def get_train_dataloader(self):
-        if self.turbo_report is None or self.turbo_report.padding_free is None or self.data_collator is None:
+        collator = device_step.train_collator(self)
+        if collator is None:
             return super().get_train_dataloader()
         user_collator = self.data_collator
-        self.data_collator = self.turbo_report.collator(user_collator)
+        self.data_collator = collator
         try:
             return super().get_train_dataloader()
         finally:

@@ -25,8 +25,10 @@ the stock answer too (NaN loss, zero gradients).
 Saved: (B*T - K) / (B*T) of the head's FLOPs and of the logits memory. At 15% masking that is 85%;
 at batch 16 x 128 and RoBERTa's vocabulary of 50,265 the stock fp32 logits alone are 412 MB, and
 their gradient and softmax as much again each.
-Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that needs static shapes
-(the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
+Cost: counting the kept rows (`nonzero`) is a host sync on an accelerator, so there TurboTrainer's collator
+chooses them on the host instead and the batch carries them (passes/host_rows.py: same rows, no sync in the
+step); on the CPU, and for calls without them, the model chooses them itself. A compiler that needs static
+shapes (the xla backend) chooses the rows on the host too, padded to a fixed count with label -100
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Chunked head: with `chunked_cross_entropy` installed (`fused_loss`, passes/chunked_ce.py) a call may hand
@@ -38,8 +40,9 @@ Not applied (the model stays dense, full logits): evaluation and prediction (`mo
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
 whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
-and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched)
-and compares the losses; any model whose head or loss does not fit this contract fails it.
+and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched),
+each with its backward, under the run's autocast (self_check.check_under_run_precision), and compares the
+losses and looks for NaN/inf gradients; any model whose head or loss does not fit this contract fails it.
 """
 
 from __future__ import annotations
@@ -60,9 +63,9 @@ from turbotrain.modeling import (
     is_seq2seq_lm,
     synthetic_batch,
 )
-from turbotrain.passes import fused_head_calls
+from turbotrain.passes import fused_head_calls, host_rows
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
 
@@ -178,6 +181,13 @@ class LabelSparsity(HookedPass):
             self._given = None
 
     def _select_rows(self, module, args, kwargs):
+        kwargs, given = host_rows.split(kwargs)  # the collator's kept rows (host_rows.py) never reach the model
+        selected = self._sparse_call(module, args, kwargs, given)
+        if selected is None and given is not None:
+            return args, kwargs
+        return selected
+
+    def _sparse_call(self, module, args, kwargs, given):
         labels = kwargs.get("labels")
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
@@ -189,7 +199,7 @@ class LabelSparsity(HookedPass):
         if self._given is not None:
             rows, kept = self._given
         else:
-            rows, kept = labelled_rows(labels, self.head.causal)
+            rows, kept = host_rows.rows_for(given, labels) or labelled_rows(labels, self.head.causal)
         _ROWS_IN_USE[self._key], self._expected_rows = rows, labels.numel()
         if fused:
             targets = shifted_targets(labels, self.head.causal)
@@ -239,6 +249,10 @@ class LabelSparsity(HookedPass):
             return self.fused_loss.finish(output)
         return None
 
+    def host_rows_collator(self, inner) -> host_rows.HostRowsCollator:
+        """`inner` with the kept rows added to its batches on the host (for a step on an accelerator)."""
+        return host_rows.HostRowsCollator(inner, self.head.causal)
+
 
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
@@ -248,7 +262,7 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
         with installed.forced():
             return model(**batch)
 
-    return compare_losses(model, lambda: model(**batch), sparse, "sparse")
+    return check_under_run_precision(model, lambda: model(**batch), sparse, "sparse")
 
 
 def apply_label_sparsity(model: nn.Module, check: bool = True) -> LabelSparsity | None:
