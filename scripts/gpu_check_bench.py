@@ -27,6 +27,7 @@ relative difference from stock's loss at the same step.
 from __future__ import annotations
 
 import copy
+import gc
 import importlib.util
 import math
 import statistics
@@ -367,6 +368,7 @@ def run_peer(task: str, peer: str, model, examples, device: torch.device, quick:
         trainer.add_callback(times)
         trainer.remove_callback(PrinterCallback)
         if device.type == "cuda":
+            gc.collect()  # the previous peer's trainer and model, so the peak is this peer's own
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         trainer.train()

@@ -61,7 +61,8 @@ def test_the_cpu_wheel_refuses_a_cuda_model_with_one_message():
 
 
 def test_cpu_providers_get_no_options():
-    assert ort_binding.provider_options(("CPUExecutionProvider",), "cpu") == [{}]
+    assert ort_binding.provider_options(("CPUExecutionProvider",), None) == [{}]
+    assert ort_binding.provider_options((ort_binding.CUDA_PROVIDER, "CPUExecutionProvider"), None) == [{}, {}]
 
 
 @pytest.mark.parametrize("case", [("llama", False, True), ("gpt2", True, False)])

@@ -16,9 +16,9 @@ Exact: same loss and gradients as eager to float rounding (tests: BERT, RoBERTa 
 GPT-2, Llama; 10 golden steps through TurboTrainer; BART, Whisper through Seq2SeqTrainer, a diffusers
 UNet, and 1-d/2-d convolutions with nearest upsampling, each with no graph falling back).
 Devices (ort_binding.py): tensors are bound where they live, bf16 included; a CUDA model runs with
-`CUDAExecutionProvider` (onnxruntime-gpu) on torch's stream, outputs written into torch tensors on the
-GPU, no host sync; with any other provider list (the CPU-only onnxruntime wheel) it is refused with one
-message naming what to install. The CUDA path is exercised by scripts/gpu_check.py, not by CI.
+`CUDAExecutionProvider` (onnxruntime-gpu) on a stream of its own ordered with torch's on the device,
+outputs written into torch tensors on the GPU, no host sync; with any other provider list (the CPU-only
+onnxruntime wheel) it is refused with one message naming what to install. The CUDA path is exercised by scripts/gpu_check.py, not by CI.
 """
 
 from __future__ import annotations

@@ -6,11 +6,14 @@
   (measured faster there than binding torch tensors, benchmarks/); anywhere else (a CUDA graph, or a bf16
   output) torch allocates each output at the size the traced graph gives it for this call's input sizes and
   ONNX Runtime writes into it (`preallocates`): nothing crosses to the host;
-* CUDA: a session runs on torch's current stream (`provider_options`: CUDA EP's `user_compute_stream`) and
-  with the end-of-run stream synchronization off (`run_options`), so ONNX Runtime's kernels are ordered
-  with torch's on one stream and the step never waits on the host. Only `CUDAExecutionProvider` binds CUDA
-  memory; a CUDA model with any other provider list is refused in `check_device` (CUDA pointers bound as
-  host memory would be read as garbage), with what to install.
+* CUDA: a session runs on a torch stream of its own, handed to CUDA EP as its `user_compute_stream`
+  (`provider_options`; not torch's current stream, which is usually the legacy default stream, handle 0,
+  which ONNX Runtime takes for "none" and replaces with a stream of its own), ordered with torch's work by
+  stream waits on the device (`OrtStream`: the session's stream waits for torch's before a run, torch's for
+  the session's after it), with the end-of-run stream synchronization off (`run_options`): the step never
+  waits on the host. Only `CUDAExecutionProvider` binds CUDA memory; a CUDA model with any other provider
+  list is refused in `check_device` (CUDA pointers bound as host memory would be read as garbage), with
+  what to install.
 Verified on the CPU (the preallocated path too, tests/backends/test_ort_binding.py); the CUDA path needs an
 onnxruntime-gpu build and is exercised by scripts/gpu_check.py (docs/gpu.md says what is unverified).
 """
@@ -69,23 +72,41 @@ def check_device(device: torch.device, providers: tuple[str, ...]) -> None:
         )
 
 
-def provider_options(providers: tuple[str, ...], device_type: str) -> list[dict]:
-    """One options dict per provider: CUDA EP on torch's current device and stream, arena grown as asked."""
+def provider_options(providers: tuple[str, ...], stream: OrtStream | None) -> list[dict]:
+    """One options dict per provider: CUDA EP on the stream's device and stream, arena grown as asked."""
     options = []
     for provider in providers:
-        if provider == CUDA_PROVIDER and device_type == "cuda":
-            index = torch.cuda.current_device()
-            stream = torch.cuda.current_stream(index).cuda_stream
+        if provider == CUDA_PROVIDER and stream is not None:
             options.append(
                 {
-                    "device_id": str(index),
-                    "user_compute_stream": str(stream),
+                    "device_id": str(stream.device_index),
+                    "user_compute_stream": str(stream.handle),
                     "arena_extend_strategy": "kSameAsRequested",  # not the next power of two beside torch's allocator
                 }
             )
         else:
             options.append({})
     return options
+
+
+class OrtStream:
+    """The CUDA stream one session runs on, ordered with torch's current stream on the device, no host sync."""
+
+    def __init__(self, device_index: int | None = None):
+        self.device_index = torch.cuda.current_device() if device_index is None else device_index
+        self.stream = torch.cuda.Stream(self.device_index)  # a real stream: its handle is never 0
+        self.handle = self.stream.cuda_stream
+
+    def before_run(self, inputs: list[torch.Tensor]) -> None:
+        """The session's stream waits for what torch queued (the inputs' writers); inputs stay allocated for it."""
+        self.stream.wait_stream(torch.cuda.current_stream(self.device_index))
+        for tensor in inputs:
+            if tensor.is_cuda:
+                tensor.record_stream(self.stream)
+
+    def after_run(self) -> None:
+        """torch's stream waits for the session's kernels before it reads their outputs."""
+        torch.cuda.current_stream(self.device_index).wait_stream(self.stream)
 
 
 def run_options(device_type: str):

@@ -15,7 +15,8 @@ Steady state: inputs bound by name without copies (IOBinding on the torch tensor
 device: ort_binding.py); on the CPU outputs copied once out of ONNX Runtime (one memcpy per output), on
 CUDA (or for bf16 outputs) written by ONNX Runtime into tensors torch allocated at the traced sizes; then
 laid out with the strides the rest of the AOTAutograd graph expects; an input the graph returns unchanged
-is returned as is. On CUDA the session runs on torch's stream without a host sync (ort_binding.py).
+is returned as is. On CUDA the session runs on a stream of its own, ordered with torch's on the device
+without a host sync (ort_binding.py).
 """
 
 from __future__ import annotations
@@ -123,6 +124,7 @@ class OrtGraph:
         }
         self.values = values
         self.session = None
+        self.stream: ort_binding.OrtStream | None = None  # CUDA: the session's own stream
         # a graph with no op to run (Dynamo leaves `return ()` graphs around graph breaks): nothing to export
         self.eager = not any(n.op == "call_function" for n in graph.graph.nodes)
         self.int_exprs: dict = {}
@@ -263,13 +265,15 @@ class OrtGraph:
         self.session = self._session(ort, str(path))
 
     def _session(self, ort, model):
-        """A session on the configured providers (CUDA EP on torch's current device and stream)."""
+        """A session on the configured providers (CUDA EP on a stream of its own, ort_binding.OrtStream)."""
         providers = self.config.providers
+        if self.config.device_type == "cuda" and ort_binding.CUDA_PROVIDER in providers:
+            self.stream = ort_binding.OrtStream()
         return ort.InferenceSession(
             model,
             sess_options=self._session_options(ort),
             providers=list(providers),
-            provider_options=ort_binding.provider_options(providers, self.config.device_type),
+            provider_options=ort_binding.provider_options(providers, self.stream),
         )
 
     def _session_options(self, ort):
@@ -333,7 +337,11 @@ class OrtGraph:
             kind = ort_binding.element_type(out.dtype)
             binding.bind_output(name, where, device_id, kind, tuple(out.shape), out.data_ptr())
             results.append(out)
+        if self.stream is not None:
+            self.stream.before_run(tensors)
         self.session.run_with_iobinding(binding, ort_binding.run_options(self.config.device_type))
+        if self.stream is not None:
+            self.stream.after_run()
         return results
 
     def _assemble(self, args: list, tensor_outputs: list[torch.Tensor]) -> list:
