@@ -18,6 +18,7 @@ Not here: `xla` (its step is a whole loop of its own: use `TurboTrainer`), and t
 
 from __future__ import annotations
 
+import logging
 from types import SimpleNamespace
 
 import torch
@@ -25,6 +26,7 @@ from torch import nn
 
 from turbotrain.backends import get_backend
 from turbotrain.backends.base import Backend
+from turbotrain.utils.warnings import log_once
 
 
 def compile(
@@ -35,8 +37,9 @@ def compile(
 ) -> nn.Module:
     """Put `module`'s forward (and so its backward) on `backend`, in place; returns `module`.
 
-    `device`: where the step runs (default: the module's parameters' device); `auto` picks as the
-    Trainer does (eager on CPU, inductor on CUDA). Raises `BackendUnavailable` naming what to install.
+    `device`: where the step runs (default: the module's parameters' device). `auto` measures whole
+    Trainer steps, which a bare module has none of: it runs the module eager and says so in one warning.
+    Raises `BackendUnavailable` naming what to install.
     """
     if not isinstance(module, nn.Module):
         raise TypeError(f"turbotrain.compile() takes an nn.Module, got {type(module).__name__}")
@@ -49,6 +52,9 @@ def compile(
             "use TurboTrainer with it, or choose eager, inductor or onnxruntime"
         )
     chosen.check_available(SimpleNamespace(device=where))
+    note = chosen.without_trainer()  # auto: no Trainer steps to time here, so it says it cannot measure
+    if note is not None:
+        log_once(note, logging.WARNING)
     compiled = chosen.wrap_model(module)
     object.__setattr__(compiled, "_turbotrain_backend", chosen)
     return compiled

@@ -15,8 +15,11 @@ which forwards them to the public `turbo_*` methods here:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py); an fp32 run on a CPU gets one more line on bf16 (bf16_hint.py).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
-* `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
-  prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* `get_train_dataloader`: the training batches go through the padding-free packer, and on an
+  accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
+  evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
+* the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
+  the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3).
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
   carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
@@ -47,7 +50,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import checkpoints
+from turbotrain import checkpoints, device_step
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
@@ -58,6 +61,7 @@ from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.passes.registry import trainer_refusals
+from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
 from turbotrain.utils.warnings import log_once
 
@@ -108,9 +112,10 @@ class TurboMixin(TrainerBoundary):
         return super().get_optimizer_cls_and_kwargs(args, model)
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
-        self.turbo_report = optimize(
-            model, **self.turbo_options.pass_options(), fused_head_calls=fused_head_calls.sums_log_probs(self)
-        )
+        with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
+            self.turbo_report = optimize(
+                model, **self.turbo_options.pass_options(), fused_head_calls=fused_head_calls.sums_log_probs(self)
+            )
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
@@ -119,10 +124,11 @@ class TurboMixin(TrainerBoundary):
         return self._prepare_model(model) if self._turbo_ready else model
 
     def get_train_dataloader(self):
-        if self.turbo_report is None or self.turbo_report.padding_free is None or self.data_collator is None:
+        collator = device_step.train_collator(self)
+        if collator is None:
             return super().get_train_dataloader()
         user_collator = self.data_collator
-        self.data_collator = self.turbo_report.collator(user_collator)
+        self.data_collator = collator
         try:
             return super().get_train_dataloader()
         finally:

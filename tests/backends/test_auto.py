@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
 import torch
 
 from tests.tiny_models import make
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses, turbo_trainer
-from turbotrain.backends import get_backend
-from turbotrain.backends.auto import CACHE_FILE, AutoChooser
+from turbotrain.backends import auto, get_backend
+from turbotrain.backends.auto import CACHE_FILE, MAX_COMPILING_STEPS, AutoChooser, length_bucket, run_key_parts
 
 
 @pytest.fixture
@@ -48,17 +49,116 @@ def test_auto_keeps_the_faster_median(private_cache, eager_s, inductor_s, expect
 
 @pytest.mark.compile
 def test_auto_measures_both_on_the_real_steps_matches_stock_and_caches(tmp_path, private_cache, caplog):
-    kw = dict(max_steps=5, backend_options={"min_steps": 0, "measure_steps": 1, "scope": "blocks"})
+    kw = dict(max_steps=8, backend_options={"min_steps": 0, "measure_steps": 1, "scope": "blocks"})
     turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         losses = train_losses(turbo)
     report = turbo.backend.report()
     assert report["choice"] in ("eager", "inductor") and report["eager_step_s"] > 0 and report["inductor_step_s"] > 0
     assert f"turbotrain auto: {report['choice']} chosen" in caplog.text
-    stock = train_losses(stock_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), max_steps=5))
+    stock = train_losses(stock_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), max_steps=8))
     assert_losses_close(losses, stock, rtol=1e-5)
     again = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         again.train()
     assert f"auto: {report['choice']} (cached measurement" in caplog.text
+
+
+def key_args(**changes):
+    base = dict(
+        device=torch.device("cpu"),
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=1,
+        gradient_checkpointing=False,
+        world_size=1,
+    )
+    return SimpleNamespace(**{**base, **changes})
+
+
+def test_the_cache_key_holds_what_changes_the_answer():
+    from turbotrain import optimize
+
+    model = make("gpt2", dropout=False)
+    base = run_key_parts(key_args(), model, "model", "128")
+    assert run_key_parts(key_args(), model, "model", "128") == base
+    other_attention = make("gpt2", dropout=False)
+    other_attention.config._attn_implementation = "eager"
+    optimized = make("gpt2", dropout=False)
+    optimize(optimized, padding_free=False)
+    variants = [
+        run_key_parts(key_args(), model, "model", "512"),  # length
+        run_key_parts(key_args(world_size=4), model, "model", "128"),
+        run_key_parts(key_args(bf16=True), model, "model", "128"),
+        run_key_parts(key_args(gradient_checkpointing=True), model, "model", "128"),
+        run_key_parts(key_args(), model.to(torch.bfloat16), "model", "128"),  # the weights' dtype
+        run_key_parts(key_args(), other_attention, "model", "128"),
+        run_key_parts(key_args(), optimized, "model", "128"),  # the passes installed
+        run_key_parts(key_args(), make("gpt2", dropout=False), "blocks", "128"),
+    ]
+    assert all(variant != base for variant in variants)
+
+
+def test_length_bucket_of_the_first_examples():
+    loader = torch.utils.data.DataLoader([{"input_ids": [1] * n} for n in (5, 100, 37)], batch_size=None)
+    assert length_bucket(loader) == "128"
+    assert length_bucket(torch.utils.data.DataLoader([{"input_features": [0.0]}])) == "?"
+    assert length_bucket(None) == "?"
+
+
+class SteppedChooser:
+    """An AutoChooser driven by hand: each step takes `seconds` and compiles `compiles` graphs."""
+
+    def __init__(self, monkeypatch, measure_steps=2):
+        self.backend = get_backend("auto", {"measure_steps": measure_steps, "cache": False})
+        self.backend.wrap_model(torch.nn.Linear(2, 2))
+        self.chooser = AutoChooser(self.backend)
+        self.chooser.measuring = True
+        self.clock, self.graphs = [0.0], [0]
+        monkeypatch.setattr(auto.time, "perf_counter", lambda: self.clock[0])
+        monkeypatch.setattr(auto, "compiles_so_far", lambda: self.graphs[0])
+
+    def step(self, seconds: float, compiles: int = 0) -> None:
+        self.chooser.on_step_begin(None, None, None)
+        self.clock[0] += seconds
+        self.graphs[0] += compiles
+        self.chooser.on_step_end(None, None, None)
+
+
+def test_steps_that_compile_are_not_timed(monkeypatch, caplog):
+    driven = SteppedChooser(monkeypatch)
+    for seconds in (9.0, 2.0, 2.5):  # warm-up, then two eager steps
+        driven.step(seconds)
+    assert driven.backend.choice == "inductor" and driven.chooser.times["eager"] == [2.0, 2.5]
+    driven.step(30.0, compiles=2)  # the compile
+    driven.step(1.0)
+    driven.step(20.0, compiles=1)  # a recompile for a new shape, between timed steps
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        driven.step(1.5)
+    assert driven.chooser.times["inductor"] == [1.0, 1.5]
+    assert driven.backend.choice == "inductor" and driven.backend.figures["compile_s"] == 50.0
+    assert "inductor chosen" in caplog.text
+
+
+def test_inductor_that_keeps_recompiling_is_given_up(monkeypatch, caplog):
+    driven = SteppedChooser(monkeypatch)
+    for seconds in (9.0, 2.0, 2.0):
+        driven.step(seconds)
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        for _ in range(MAX_COMPILING_STEPS + 1):
+            driven.step(0.5, compiles=1)
+    assert driven.backend.choice == "eager" and not driven.chooser.measuring
+    assert "inductor compiled again" in caplog.text
+
+
+def test_compile_with_auto_says_it_cannot_measure(caplog):
+    import turbotrain
+
+    module = torch.nn.Linear(2, 2)
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        compiled = turbotrain.compile(module, backend="auto")
+    assert compiled is module and module._compiled_call_impl is None
+    assert "no steps to measure" in turbotrain.compiled_step.backend_of(module).summary()
+    assert "runs eager" in caplog.text

@@ -128,8 +128,8 @@ def test_a_graph_that_fails_to_export_runs_eagerly_with_a_warning(monkeypatch):
 def test_a_graph_whose_outputs_differ_from_eager_falls_back(monkeypatch):
     original = ort_graph.OrtGraph._run_session
 
-    def perturbed(self, tensors):
-        return [t * 1.01 if t.is_floating_point() else t for t in original(self, tensors)]
+    def perturbed(self, tensors, *rest):
+        return [t * 1.01 if t.is_floating_point() else t for t in original(self, tensors, *rest)]
 
     monkeypatch.setattr(ort_graph.OrtGraph, "_run_session", perturbed)
     assert_falls_back_with_eager_numbers("llama", tiny_models.batch(2, 11, keep=0.5), "its outputs differ from eager")

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from tests.tiny_models import FAMILIES, batch, make
-from turbotrain.passes.embedding_grad import apply_embedding_grad
+from turbotrain.passes import embedding_grad
+from turbotrain.passes.embedding_grad import apply_embedding_grad, refusal, without_padding
 
 
 def grads_over_steps(model, steps=3, micro_batches=2):
@@ -67,3 +68,37 @@ def test_remove_restores_the_stock_embedding():
 def test_tying_is_detected():
     assert apply_embedding_grad(make("roberta")).tied
     assert not apply_embedding_grad(make("llama")).tied
+
+
+def test_accelerators_and_sharded_parameters_are_refused():
+    assert refusal("cpu", sharded=False) is None
+    assert "off on cuda" in refusal(torch.device("cuda", 0), sharded=False)
+    assert "sharded" in refusal("cpu", sharded=True) and "sharded" in refusal("cuda", sharded=True)
+
+
+def test_a_model_off_the_cpu_is_left_stock_unless_asked():
+    off_cpu = make("llama").to("meta")  # any device but the CPU; meta needs no accelerator
+    assert apply_embedding_grad(off_cpu) is None
+    assert apply_embedding_grad(off_cpu, on_accelerators=True) is not None
+
+
+def test_a_model_moved_off_the_cpu_after_install_runs_the_stock_embedding(monkeypatch):
+    model = make("llama")
+    apply_embedding_grad(model)
+    model.to("meta")
+    monkeypatch.setattr(embedding_grad._BufferedEmbedding, "apply", lambda *a: pytest.fail("buffered off the CPU"))
+    assert model(**batch(2, 5, keep=1.0)).loss.shape == ()
+
+
+@pytest.mark.parametrize("padding_idx", [0, 1])
+def test_the_sync_free_padding_rows_give_the_same_dense_gradient(padding_idx):
+    rows = torch.tensor([1, 0, 2, 1, 3, 0])
+    values = torch.randn(6, 4)
+    dense = []
+    for sync_free in (False, True):
+        kept_rows, kept_values = without_padding(rows, values, padding_idx, sync_free)
+        assert kept_rows.numel() == (6 if sync_free else int((rows != padding_idx).sum()))
+        sparse = torch.sparse_coo_tensor(kept_rows[None], kept_values, (5, 4), check_invariants=False)
+        dense.append(torch.zeros(5, 4) + sparse)
+    torch.testing.assert_close(dense[1], dense[0], rtol=0, atol=0)
+    assert dense[1][padding_idx].abs().sum() == 0

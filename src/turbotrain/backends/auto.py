@@ -1,15 +1,21 @@
 """auto: eager or inductor, whichever runs this run's own steps faster, measured (or cached per machine).
 
 How it chooses, per run (`AutoChooser`, a TrainerCallback that times whole optimizer steps):
-1. A cached result for this machine and run shape (key: CPU or GPU model, torch version, dtype, model
-   class and sizes, batch size, compile scope; `$TURBOTRAIN_CACHE/auto_backend.json`) is used as is.
+1. A cached result for this machine and run (`run_key`: CPU or GPU model, torch version, dtype of the
+   run and of the weights, model class and sizes, attention implementation, the passes installed, batch
+   size, gradient accumulation and checkpointing, world size, compile scope, and the length bucket of the
+   training examples; `$TURBOTRAIN_CACHE/auto_backend.json`) is used as is: each of these changes which
+   backend is faster, so a choice is reused only where all of them match.
 2. Else, if the run has at least `min_steps` optimizer steps (default 50) and Inductor can run here:
-   step 1 eager (warm-up), steps 2..1+m eager, timed (m = `measure_steps`, default 3); then the model is
-   compiled in place (`inductor.compile_regions`); the next 2 steps compile (and recompile once for
-   dynamic shapes) and are not timed; then m steps inductor, timed. The faster median is kept (eager:
-   the compilation is taken off again, `inductor.uncompile`), the choice and both figures are logged
-   at WARNING level and cached.
+   step 1 eager (warm-up), then m eager steps timed (m = `measure_steps`, default 8); then the model is
+   compiled in place (`inductor.compile_regions`) and steps run inductor until m of them ran without a
+   Dynamo compile: a step that compiled or recompiled (the first ones, a new dynamic size) is not timed
+   (its time is reported as compile_s). The faster median is kept (eager: the compilation is taken off
+   again, `inductor.uncompile`), the choice and both figures are logged at WARNING level and cached.
+   If inductor keeps recompiling (`MAX_COMPILING_STEPS` steps that compiled), eager is kept and said so.
 3. Else eager, saying why (run too short to pay a measurement, no C++ compiler...).
+Outside Trainer (`turbotrain.compile(module, backend="auto")`) there are no steps to time: the module
+runs eager, and one warning says so and names the backends to choose instead.
 
 Cost bound: every step is eager or inductor, both exact (same losses within fp32 tolerance), so
 choosing never changes the numbers. Against always-eager, a run loses at most the compilation time
@@ -37,18 +43,21 @@ from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.inductor import SCOPES, InductorBackend, InductorOptions
 from turbotrain.backends.registry import register_backend
 from turbotrain.data.cache import cache_dir, digest, write_atomically
+from turbotrain.hf_boundary import attention_implementation
 from turbotrain.modeling import unwrap
+from turbotrain.passes.optimize import REPORT_ATTRIBUTE
 from turbotrain.utils.cpu import cpu_model
 
 logger = logging.getLogger("turbotrain")
 CACHE_FILE = "auto_backend.json"
-COMPILE_STEPS = 2  # untimed steps after switching: the compile, and one recompile for dynamic shapes
+MAX_COMPILING_STEPS = 8  # inductor steps that compiled before auto gives up on it (recompiling every step)
+LENGTH_SAMPLE = 256  # training examples whose lengths set the run's length bucket
 
 
 @dataclass(frozen=True)
 class AutoOptions(BackendOptions):
     min_steps: int = 50
-    measure_steps: int = 3
+    measure_steps: int = 8
     cache: bool = True
     scope: str = "model"
 
@@ -59,25 +68,57 @@ class AutoOptions(BackendOptions):
             raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
 
 
-def run_key(args: TrainingArguments, model: nn.Module, scope: str) -> str:
-    """Machine and run shape: what a cached choice is valid for."""
-    device = torch.cuda.get_device_name(0) if args.device.type == "cuda" else cpu_model()
+def run_key(args: TrainingArguments, model: nn.Module, scope: str, length: str = "?") -> str:
+    """Machine and run: what a cached choice is valid for (every part changes which backend is faster)."""
+    return digest(*run_key_parts(args, model, scope, length))
+
+
+def run_key_parts(args: TrainingArguments, model: nn.Module, scope: str, length: str = "?") -> list[str]:
+    device = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else cpu_model()
     dtype = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
-    config = unwrap(model).config
+    inner = unwrap(model)
+    config = inner.config
     sizes = [
         str(getattr(config, name, ""))
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     ]
-    return digest(
+    first = next(inner.parameters(), None)
+    report = getattr(model, REPORT_ATTRIBUTE, None)
+    passes = ",".join(report.applied) if report is not None else "none"
+    return [
         device,
         torch.__version__,
         dtype,
-        type(unwrap(model)).__name__,
+        str(first.dtype) if first is not None else "?",
+        type(inner).__name__,
         *sizes,
+        str(attention_implementation(config)),
+        passes,
         str(args.per_device_train_batch_size),
         str(args.gradient_accumulation_steps),
+        str(bool(args.gradient_checkpointing)),
+        str(args.world_size),
         scope,
-    )
+        length,
+    ]
+
+
+def length_bucket(dataloader) -> str:
+    """The power of two at or above the longest of the first training examples (or "?" when unknown)."""
+    try:
+        dataset = dataloader.dataset
+        count = min(len(dataset), LENGTH_SAMPLE)
+        longest = max(len(dataset[i]["input_ids"]) for i in range(count))
+    except Exception:  # an iterable dataset, examples without input_ids (speech, images): no length part
+        return "?"
+    return str(1 << max(longest - 1, 0).bit_length())
+
+
+def compiles_so_far() -> int:
+    """Graphs Dynamo and AOTAutograd compiled in this process so far (a step that raises it compiled)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"] + counters["aot_autograd"]["total"]
 
 
 def read_cache(key: str) -> dict | None:
@@ -132,6 +173,14 @@ class AutoBackend(Backend):
     def report(self) -> dict:
         return {"choice": self.choice, **self.figures}
 
+    def without_trainer(self) -> str:
+        self.plan = "eager (outside Trainer: no steps to measure)"
+        return (
+            "turbotrain.compile(backend='auto'): auto chooses by timing whole Trainer steps, which a bare module "
+            "does not have, so the module runs eager; choose backend='inductor' or 'onnxruntime' to compile it, or "
+            "train it with TurboTrainer, where auto measures"
+        )
+
     def use(self, choice: str) -> None:
         """Run the next steps with `choice` ("eager" or "inductor")."""
         if choice == "inductor" and self.choice != "inductor":
@@ -151,14 +200,16 @@ class AutoChooser(TrainerCallback):
         self.step = 0
         self.measuring = False
         self.started = 0.0
-        self.switched_at = 0.0
+        self.compiles_before = 0
+        self.compiling_steps = 0
+        self.compile_s = 0.0
 
     def on_train_begin(self, args, state, control, **kwargs):
         b = self.backend
         if b.plan != "eager" or b.model is None:  # no compiler: eager, already said
             return
         options = b.options
-        self.key = run_key(args, b.model, options.scope)
+        self.key = run_key(args, b.model, options.scope, length_bucket(kwargs.get("train_dataloader")))
         cached = read_cache(self.key) if options.cache else None
         if cached is not None:
             b.figures = {k: v for k, v in cached.items() if k != "choice"}
@@ -172,14 +223,15 @@ class AutoChooser(TrainerCallback):
         else:
             m = options.measure_steps
             b.plan = (
-                f"eager, then the faster of eager and inductor, timed on steps 2-{1 + m} and "
-                f"{2 + m + COMPILE_STEPS}-{1 + 2 * m + COMPILE_STEPS}"
+                f"eager, then the faster of eager and inductor, timed on {m} eager steps after a warm-up and "
+                f"on {m} inductor steps that did not compile"
             )
             self.measuring = True
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.measuring:
             _sync()
+            self.compiles_before = compiles_so_far()
             self.started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
@@ -189,17 +241,36 @@ class AutoChooser(TrainerCallback):
         seconds = time.perf_counter() - self.started
         self.step += 1
         m = self.backend.options.measure_steps
-        if 2 <= self.step <= 1 + m:
-            self.times["eager"].append(seconds)
-        if self.step == 1 + m:
-            self.backend.use("inductor")
-            self.switched_at = time.perf_counter()
-        if self.step == 1 + m + COMPILE_STEPS:
-            self.backend.figures["compile_s"] = round(time.perf_counter() - self.switched_at, 2)
-        if self.step > 1 + m + COMPILE_STEPS:
-            self.times["inductor"].append(seconds)
+        if self.backend.choice == "eager":
+            if self.step > 1:  # step 1 warms up
+                self.times["eager"].append(seconds)
+            if len(self.times["eager"]) == m:
+                self.backend.use("inductor")
+            return
+        if compiles_so_far() > self.compiles_before:  # this step compiled or recompiled: not a steady step
+            self.compiling_steps += 1
+            self.compile_s += seconds
+            self.backend.figures["compile_s"] = round(self.compile_s, 2)
+            if self.compiling_steps > MAX_COMPILING_STEPS:
+                self.give_up()
+            return
+        self.times["inductor"].append(seconds)
         if len(self.times["inductor"]) == m:
             self.decide()
+
+    def give_up(self) -> None:
+        """Inductor compiled on too many steps to be measured (or to pay): eager, said and cached."""
+        b = self.backend
+        b.use("eager")
+        self.measuring = False
+        b.figures.update(eager_step_s=round(statistics.median(self.times["eager"]), 4), inductor_step_s=None)
+        logger.warning(
+            "turbotrain auto: eager chosen: inductor compiled again on %d steps (recompiling, e.g. on shapes that "
+            "keep changing)",
+            self.compiling_steps,
+        )
+        if b.options.cache:
+            write_cache(self.key, {"choice": "eager", **b.figures, "date": datetime.date.today().isoformat()})
 
     def decide(self) -> None:
         b = self.backend
@@ -215,7 +286,11 @@ class AutoChooser(TrainerCallback):
 
 
 def _figures(entry: dict) -> str:
-    shown = [f"eager {entry['eager_step_s']:.3f} s/step", f"inductor {entry['inductor_step_s']:.3f} s/step"]
+    inductor = entry.get("inductor_step_s")
+    shown = [
+        f"eager {entry['eager_step_s']:.3f} s/step",
+        f"inductor {inductor:.3f} s/step" if inductor is not None else "inductor kept recompiling",
+    ]
     if "compile_s" in entry:
         shown.append(f"compile {entry['compile_s']:.1f} s")
     return ", ".join(shown)

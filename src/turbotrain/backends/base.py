@@ -89,3 +89,8 @@ class Backend:
     def report(self) -> dict:
         """What the backend did so far, for logs and the benchmark (e.g. export seconds, fallbacks)."""
         return {}
+
+    def without_trainer(self) -> str | None:
+        """Used by `turbotrain.compile` on a bare module: what changes without Trainer's steps, as a warning
+        to show (auto cannot time steps there), or None when the backend works the same."""
+        return None

@@ -8,13 +8,17 @@ with ONNX Runtime's graph optimizations (see `ort_graph.py` for dropout, dynamic
 the first-run check and the fallback). The optimizer step stays in torch (fused AdamW).
 
 Options (`TurboTrainingArguments(backend="onnxruntime", backend_options={...})`, parsed into `OrtOptions`):
-    providers        ONNX Runtime execution providers, default by device (CUDA, ROCm, else CPU)
+    providers        ONNX Runtime execution providers, default by device (CUDA EP for a CUDA model, else CPU)
     cache_dir        where exported graphs are kept (default ~/.cache/turbotrain/onnxruntime; None: off)
     check_first_run  compare each graph's first outputs with eager (default True)
     session_options  attributes set on `onnxruntime.SessionOptions`, e.g. {"intra_op_num_threads": 2}
 Exact: same loss and gradients as eager to float rounding (tests: BERT, RoBERTa with label sparsity,
 GPT-2, Llama; 10 golden steps through TurboTrainer; BART, Whisper through Seq2SeqTrainer, a diffusers
 UNet, and 1-d/2-d convolutions with nearest upsampling, each with no graph falling back).
+Devices (ort_binding.py): tensors are bound where they live, bf16 included; a CUDA model runs with
+`CUDAExecutionProvider` (onnxruntime-gpu) on a stream of its own ordered with torch's on the device,
+outputs written into torch tensors on the GPU, no host sync; with any other provider list (the CPU-only
+onnxruntime wheel) it is refused with one message naming what to install. The CUDA path is exercised by scripts/gpu_check.py, not by CI.
 """
 
 from __future__ import annotations
@@ -26,15 +30,17 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
+from turbotrain.backends import ort_binding
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.utils.imports import is_available
 
 DEFAULT_CACHE = Path.home() / ".cache" / "turbotrain" / "onnxruntime"
-PROVIDERS_BY_DEVICE = {"cuda": ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider")}
+PROVIDERS_BY_DEVICE = {"cuda": (ort_binding.CUDA_PROVIDER,)}  # the providers that bind the device's memory
 
 
 def default_providers(device: torch.device, available: list[str]) -> tuple[str, ...]:
+    """The device's provider (CUDA EP for a CUDA model) where this onnxruntime has it, then the CPU's."""
     preferred = [p for p in PROVIDERS_BY_DEVICE.get(torch.device(device).type, ()) if p in available]
     return (*preferred[:1], "CPUExecutionProvider")
 
@@ -64,17 +70,24 @@ class OrtOptions(BackendOptions):
 
 
 def ort_config(options: OrtOptions, device: torch.device):
-    """The resolved configuration: providers chosen for `device` and checked against this onnxruntime."""
+    """The resolved configuration: providers chosen for `device` and checked against this onnxruntime.
+
+    A model off the CPU needs a provider that binds its memory there (CUDA EP for CUDA); without one the
+    backend is refused with what to install, never run with device pointers read as host memory."""
     import onnxruntime
 
     from turbotrain.backends.ort_graph import OrtConfig
 
+    device = torch.device(device)
     available = onnxruntime.get_available_providers()
     providers = options.providers or default_providers(device, available)
     missing = [p for p in providers if p not in available]
     if missing:
         raise BackendUnavailable(f"onnxruntime has no {missing} here (available: {available})")
-    return OrtConfig(tuple(providers), options.cache_dir, options.check_first_run, dict(options.session_options))
+    ort_binding.check_device(device, tuple(providers))
+    return OrtConfig(
+        tuple(providers), options.cache_dir, options.check_first_run, dict(options.session_options), device.type
+    )
 
 
 def ort_compiler(config):

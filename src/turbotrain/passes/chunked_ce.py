@@ -12,7 +12,8 @@ Op -> module -> install, in this file:
   head ran slower than dense on CPU; computing the gradient in the forward beat it). The backward only
   scales: dh row k by grad_output[k] (exact for any weighting); dW and db by the one shared factor, which
   requires the per-row weights to be equal (a sum or a mean of the rows: Transformers' losses and TRL's
-  "nll" loss). Unequal weights on a trainable head raise an error naming the option that turns this off.
+  "nll" loss). Unequal weights on a trainable head raise an error naming the option that turns this off
+  (on CUDA at the next call: the check is read back a step later, chunked_ce_cuda.py).
   A frozen head (LoRA) gets no dW at all, and hidden states that need no gradient get no dh.
 * module `ChunkedHead`: takes over the output projection (`get_output_embeddings()`, or the active
   copy inside a PEFT `modules_to_save` wrapper) for one forward call: label sparsity hands it the kept
@@ -34,6 +35,9 @@ weight is the embedding's, autograd adds both gradients into it. With `gradient_
 the head is outside the checkpointed layers, so nothing changes.
 Memory: one chunk of logits [chunk_rows, V] fp32 plus dW [V, H] (fp32) instead of [K, V] logits,
 their softmax and their gradient.
+On CUDA (chunked_ce_cuda.py): the matmuls run in the run's autocast dtype (bf16/fp16) with dW summed in
+fp32, chunks of max(H, 2,048) rows, and the backward reads no value back to the host. The CPU op is
+unchanged.
 """
 
 from __future__ import annotations
@@ -47,9 +51,9 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.passes import fused_head_calls
+from turbotrain.passes import chunked_ce_cuda, fused_head_calls
 from turbotrain.passes.registry import PassSpec, register_pass
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -67,8 +71,8 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 # --- op ----------------------------------------------------------------------------------------------
 
 
-def _chunk(h, weight, bias, target, softcap, want_stats):
-    """One chunk: (nll [C], dz [C, V] in weight's dtype, entropy [C] or None, is_top1 [C] or None)."""
+def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype):
+    """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None)."""
     z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
     if bias is not None:
         z += bias.float()
@@ -90,14 +94,21 @@ def _chunk(h, weight, bias, target, softcap, want_stats):
     z[rows, target] -= 1  # dz = softmax - onehot: d nll / d z
     if softcap:
         z.mul_(1 - tanh * tanh)
-    return nll, z.to(weight.dtype), entropy, is_top1
+    return nll, z.to(grad_dtype), entropy, is_top1
 
 
 class LinearCrossEntropy(torch.autograd.Function):
-    """Per-row NLL of a linear head, its gradients computed chunk by chunk in the forward (module docstring)."""
+    """Per-row NLL of a linear head, its gradients computed chunk by chunk in the forward (module docstring).
+
+    `compute_dtype` None: the op as built on the CPU (fp32 weight gradient); a half dtype: its matmuls in that
+    dtype with dW summed in fp32 (chunked_ce_cuda.py, chosen on CUDA)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats, compute_dtype=None):
+        if chunked_ce_cuda.PENDING.pending:
+            chunked_ce_cuda.PENDING.raise_if_unequal()
+        if compute_dtype is not None:
+            return _forward_in(ctx, compute_dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats)
         rows = hidden.shape[0]
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[2]
@@ -111,7 +122,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
             h = hidden[part]
-            nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats)
+            nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats, weight.dtype)
             if want_stats:
                 entropy[part], is_top1[part] = ent, top1
             if need_h:
@@ -124,12 +135,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                     dw.addmm_(dz_t, h32)
             if need_b:
                 db += dz.sum(dim=0, dtype=torch.float32)
-        ctx.save_for_backward(dh, dw, db)
-        ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
-        outputs = (nll, entropy, is_top1) if want_stats else (nll,)
-        for stat in outputs[1:]:
-            ctx.mark_non_differentiable(stat)
-        return outputs
+        return _saved(ctx, weight, bias, (dh, dw, db), (nll, entropy, is_top1) if want_stats else (nll,))
 
     @staticmethod
     def backward(ctx, grad_nll, *unused):
@@ -138,31 +144,63 @@ class LinearCrossEntropy(torch.autograd.Function):
         if dh is not None:
             grad_h = dh * grad_nll[:, None].to(dh.dtype)
         if dw is not None or db is not None:
-            scale = _shared_factor(grad_nll)
+            scale = chunked_ce_cuda.shared_factor(grad_nll)
             # in place: the saved sums are used once (no retain_graph through a training loss)
             grad_w = dw.mul_(scale).to(ctx.dtypes[0]) if dw is not None else None
             grad_b = db.mul_(scale).to(ctx.dtypes[1]) if db is not None else None
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None
 
 
-def _shared_factor(grad_nll: torch.Tensor) -> torch.Tensor:
-    """The one factor every row's loss is weighted by (dW was summed with weight 1 per row)."""
-    if grad_nll.numel() == 0:
-        return grad_nll.new_zeros(())
-    factor = grad_nll[0]
-    if not bool((grad_nll == factor).all()):
-        raise RuntimeError(
-            "turbotrain chunked cross-entropy: the per-token losses were weighted unequally (e.g. TRL's "
-            "loss_type='dft'), which the head's pre-summed gradient cannot follow; set "
-            "chunked_cross_entropy='never' for this run."
-        )
-    return factor
+def _saved(ctx, weight, bias, gradients, outputs):
+    """Keep the pre-computed gradients for the backward; mark the statistics non-differentiable."""
+    ctx.save_for_backward(*gradients)
+    ctx.dtypes = (weight.dtype, bias.dtype if bias is not None else None)
+    for stat in outputs[1:]:
+        ctx.mark_non_differentiable(stat)
+    return outputs
+
+
+def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
+    """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce_cuda.py)."""
+    rows = hidden.shape[0]
+    need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    need_b = bias is not None and ctx.needs_input_grad[2]
+    nll = hidden.new_empty(rows, dtype=torch.float32)
+    entropy = hidden.new_zeros(rows, dtype=torch.float32) if want_stats else None
+    is_top1 = hidden.new_zeros(rows, dtype=torch.bool) if want_stats else None
+    dh = torch.empty_like(hidden) if need_h else None
+    make = torch.zeros if rows == 0 else torch.empty  # the first chunk writes dW (no rows: zero gradient)
+    dw = make(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+    with torch.autocast(hidden.device.type, enabled=False):  # every input is cast here, once
+        w = weight.to(dtype)  # [V, H]
+        for start in range(0, rows, chunk_rows):
+            part = slice(start, min(start + chunk_rows, rows))
+            h = hidden[part].to(dtype)
+            nll[part], dz, ent, top1 = _chunk(h, w, bias, targets[part], softcap, want_stats, dtype)
+            if want_stats:
+                entropy[part], is_top1[part] = ent, top1
+            if need_h:
+                dh[part] = dz @ w  # [C, V] x [V, H] -> [C, H]
+            if need_w:  # [V, C] x [C, H] in the half dtype, summed in fp32
+                chunked_ce_cuda.add_weight_grad(dw, dz.T, h, first=start == 0)
+            if need_b:
+                db += dz.sum(dim=0, dtype=torch.float32)
+    return _saved(ctx, weight, bias, (dh, dw, db), (nll, entropy, is_top1) if want_stats else (nll,))
 
 
 def linear_cross_entropy(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None, want_stats=False):
-    """Per-row NLL [K] (plus entropy [K], is_top1 [K] with `want_stats`) of the head on rows `hidden` [K, H]."""
-    chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
-    outputs = LinearCrossEntropy.apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats)
+    """Per-row NLL [K] (plus entropy [K], is_top1 [K] with `want_stats`) of the head on rows `hidden` [K, H].
+
+    On CUDA the matmuls run in the run's autocast dtype (or the weight's half dtype) with dW summed in fp32,
+    in chunks sized from H (chunked_ce_cuda.py); on the CPU in fp32, in chunks of `CHUNK_BYTES` of logits."""
+    autocast = chunked_ce_cuda.autocast_dtype_of(hidden.device)
+    compute_dtype = chunked_ce_cuda.compute_dtype_for(hidden.device, weight.dtype, autocast)
+    if chunk_rows is None:
+        on_cuda = hidden.device.type == "cuda"
+        chunk_rows = chunked_ce_cuda.cuda_chunk_rows(weight.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
+    args = (hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats, compute_dtype)
+    outputs = LinearCrossEntropy.apply(*args)
     return outputs if want_stats else outputs[0]
 
 
@@ -268,7 +306,7 @@ def self_check(model: nn.Module, label_sparsity) -> str | None:
         with label_sparsity.forced():
             return model(**batch)
 
-    return compare_losses(model, lambda: model(**batch), chunked, "chunked cross-entropy")
+    return check_under_run_precision(model, lambda: model(**batch), chunked, "chunked cross-entropy")
 
 
 def apply_chunked_ce(

@@ -25,8 +25,10 @@ the stock answer too (NaN loss, zero gradients).
 Saved: (B*T - K) / (B*T) of the head's FLOPs and of the logits memory. At 15% masking that is 85%;
 at batch 16 x 128 and RoBERTa's vocabulary of 50,265 the stock fp32 logits alone are 412 MB, and
 their gradient and softmax as much again each.
-Cost: one host sync per step to count the kept rows (`nonzero`). A compiler that needs static shapes
-(the xla backend) chooses the rows on the host instead, padded to a fixed count with label -100
+Cost: counting the kept rows (`nonzero`) is a host sync on an accelerator, so there TurboTrainer's collator
+chooses them on the host instead and the batch carries them (passes/host_rows.py: same rows, no sync in the
+step); on the CPU, and for calls without them, the model chooses them itself. A compiler that needs static
+shapes (the xla backend) chooses the rows on the host too, padded to a fixed count with label -100
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Head: chosen when the pass is built (`apply_label_sparsity`), never changed after. Either the model's own
@@ -40,8 +42,9 @@ Not applied (the model stays dense, full logits): evaluation and prediction (`mo
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
 whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
-and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched)
-and compares the losses; any model whose head or loss does not fit this contract fails it.
+and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched),
+each with its backward, under the run's autocast (self_check.check_under_run_precision), and compares the
+losses and looks for NaN/inf gradients; any model whose head or loss does not fit this contract fails it.
 """
 
 from __future__ import annotations
@@ -62,11 +65,11 @@ from turbotrain.modeling import (
     is_seq2seq_lm,
     synthetic_batch,
 )
-from turbotrain.passes import chunked_ce, fused_head_calls
+from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
 from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.registry import PassSpec, Setup, register_pass
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
 
@@ -182,6 +185,13 @@ class LabelSparsity(HookedPass):
             self._given = None
 
     def _select_rows(self, module, args, kwargs):
+        kwargs, given = host_rows.split(kwargs)  # the collator's kept rows (host_rows.py) never reach the model
+        selected = self._sparse_call(module, args, kwargs, given)
+        if selected is None and given is not None:
+            return args, kwargs
+        return selected
+
+    def _sparse_call(self, module, args, kwargs, given):
         labels = kwargs.get("labels")
         if not (module.training or self._forced) or labels is None or labels.dim() != 2:
             return None
@@ -193,7 +203,7 @@ class LabelSparsity(HookedPass):
         if self._given is not None:
             rows, kept = self._given
         else:
-            rows, kept = labelled_rows(labels, self.head.causal)
+            rows, kept = host_rows.rows_for(given, labels) or labelled_rows(labels, self.head.causal)
         _ROWS_IN_USE[self._key], self._expected_rows = rows, labels.numel()
         if fused:
             targets = shifted_targets(labels, self.head.causal)
@@ -243,6 +253,10 @@ class LabelSparsity(HookedPass):
             return self.chunked_head.finish(output)
         return None
 
+    def host_rows_collator(self, inner) -> host_rows.HostRowsCollator:
+        """`inner` with the kept rows added to its batches on the host (for a step on an accelerator)."""
+        return host_rows.HostRowsCollator(inner, self.head.causal)
+
     def remove(self) -> None:
         super().remove()
         if self.chunked_head is not None:
@@ -267,7 +281,7 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
         with installed.forced():
             return model(**batch)
 
-    return compare_losses(model, lambda: model(**batch), sparse, "sparse")
+    return check_under_run_precision(model, lambda: model(**batch), sparse, "sparse")
 
 
 def apply_label_sparsity(

@@ -51,6 +51,9 @@ class XlaBackend(Backend):
         self.run = None
 
     def check_available(self, args: TrainingArguments) -> None:
+        from turbotrain.backends.xla.gpu_memory import share_gpu_with_torch
+
+        share_gpu_with_torch(args.device)  # before jax starts a GPU client beside torch's model
         missing = [package for package in PACKAGES if not is_available(package)]
         if missing:
             raise BackendUnavailable(

@@ -1,0 +1,211 @@
+"""One prepared device check: parity of every pass and backend on the device (fp32 and bf16), the host-sync
+audit of turbotrain's steps, then the benchmark table against stock and its peers, as one markdown report.
+
+    python scripts/gpu_check.py --out gpu_check.md                    # on a CUDA GPU: all of it
+    python scripts/gpu_check.py --device cpu --quick                  # CI: the same code paths at tiny sizes
+    python scripts/gpu_check.py --only parity,sync,backends,bench --budget-s 420
+
+Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each measures):
+  parity    every pass, alone and together, one step against stock: loss, every gradient, finiteness
+  sync      each pass's step under torch.cuda.set_sync_debug_mode ("warn" to attribute, then "error")
+  backends  inductor and onnxruntime one step against eager; xla three Trainer steps against stock
+  bench     sft, sft-lora, clm, mlm, asr in bf16: tokens/s, MFU (H200 bf16 peak), peak memory, loss vs stock
+Time: `--budget-s` (default 450 on CUDA: under 8 minutes on one H200 with the start-up) bounds the whole run;
+the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
+would start too late is listed as skipped, never cut off midway. Offline: models from configs, data made
+here, no download (HF_HUB_OFFLINE is set). What the device image lacks travels as wheels:
+scripts/gpu_wheels.sh (docs/gpu.md). Exit status 1 if a parity, sync or backend row FAILs or a row ERRORs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "src"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("TURBOTRAIN_CACHE", tempfile.mkdtemp(prefix="turbotrain-gpu-check-"))  # no cached auto choice
+
+import torch  # noqa: E402
+
+SECTIONS = ("parity", "sync", "backends", "bench")
+NEED_S = {"torch_compile": 75.0}  # seconds a row needs left to start (compiling rows more)
+DEFAULT_NEED_S = 20.0
+
+
+class Deadline:
+    def __init__(self, seconds: float):
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.end - time.monotonic()
+
+
+def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
+    if not rows:
+        return "(none)\n"
+    columns = columns or list(dict.fromkeys(key for row in rows for key in row))
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        lines.append("| " + " | ".join(str(row.get(c, "")).replace("|", "/") for c in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def environment(device: torch.device) -> str:
+    import transformers
+
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        ).stdout
+    except OSError:
+        commit = "?"
+    return (
+        f"device: {name}; torch {torch.__version__} (CUDA {torch.version.cuda}); transformers "
+        f"{transformers.__version__}; python {platform.python_version()}; turbotrain commit {commit.strip() or '?'}"
+    )
+
+
+def bench_plan(quick: bool) -> list[tuple[str, str]]:
+    """(task, peer) in the order they run: stock and turbotrain everywhere, then the peers, compiles last."""
+    from scripts.gpu_check_bench import PEERS, QUICK_PEERS, TASKS
+
+    peers = {task: QUICK_PEERS[task] if quick else PEERS for task in TASKS}
+    first = [(task, peer) for task in TASKS for peer in peers[task] if peer in ("stock (sdpa)", "turbotrain")]
+    middle = [(t, p) for t in TASKS for p in peers[t] if (t, p) not in first and p != "torch_compile"]
+    last = [(t, p) for t in TASKS for p in peers[t] if p == "torch_compile"]
+    return first + middle + last
+
+
+def bench_rows(device: torch.device, quick: bool, deadline: Deadline) -> list[dict]:
+    from scripts.gpu_check_bench import (
+        H200_BF16_PEAK,
+        build_examples,
+        build_model,
+        loss_difference,
+        run_peer,
+        unavailable,
+    )
+
+    peak = H200_BF16_PEAK if device.type == "cuda" else _cpu_peak()
+    built: dict[str, tuple] = {}
+    results: dict[tuple[str, str], dict] = {}
+    rows = []
+    for task, peer in bench_plan(quick):
+        row = {"task": task, "peer": peer}
+        why = unavailable(task, peer)
+        need = 0.0 if quick else NEED_S.get(peer, DEFAULT_NEED_S)
+        if why is None and deadline.left() < need:
+            why = f"skipped: time budget ({deadline.left():.0f} s left, needs ~{need:.0f} s)"
+        if why is not None:
+            rows.append({**row, "note": why})
+            continue
+        if task not in built:
+            model = build_model(task, quick)
+            built[task] = (model, build_examples(task, quick, model))
+        try:
+            result = results[(task, peer)] = run_peer(task, peer, *built[task], device, quick)
+        except Exception as error:  # one peer failing does not stop the table
+            rows.append({**row, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:240]}"})
+            continue
+        rows.append(_bench_row(row, result, results.get((task, "stock (sdpa)")), peak, loss_difference))
+    order = {(r["task"], r["peer"]): i for i, r in enumerate(rows)}
+    from scripts.gpu_check_bench import PEERS, TASKS
+
+    rank = {(t, p): (TASKS.index(t), PEERS.index(p)) for t, p in order}
+    return sorted(rows, key=lambda r: rank[(r["task"], r["peer"])])
+
+
+def _bench_row(row: dict, result: dict, stock: dict | None, peak: float, loss_difference) -> dict:
+    speed = result["tokens_s"] / stock["tokens_s"] if stock and stock["tokens_s"] else None
+    difference = loss_difference(result["losses"], stock["losses"]) if stock else None
+    note = result["summary"].removeprefix("turbotrain: ") if result["summary"] else ""
+    return {
+        **row,
+        "tokens/s": f"{result['tokens_s']:,.0f}",
+        "vs stock": f"{speed:.2f}x" if speed is not None else "",
+        "MFU": f"{result['flops_s'] / peak:.1%}",
+        "peak GiB": f"{result['peak_gb']:.1f}" if result["peak_gb"] is not None else "n/a (CPU)",
+        "loss vs stock": f"{difference:.1e}" if difference is not None else "",
+        "note": note,
+    }
+
+
+def _cpu_peak() -> float:
+    from turbotrain.bench.peak import matmul_peak
+
+    return matmul_peak(torch.float32, "cpu", size=256, repeats=2).flops_per_s
+
+
+def run(device: torch.device, quick: bool, sections: list[str], budget_s: float) -> tuple[str, bool]:
+    from scripts import gpu_check_parity as parity
+
+    deadline = Deadline(budget_s)
+    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 parity in fp32, not TF32
+    torch.backends.cudnn.allow_tf32 = False
+    dtypes = (torch.float32, torch.bfloat16)
+    parts = [f"# turbotrain GPU check\n\n{environment(device)}; {'quick' if quick else 'full'} run\n"]
+    checked: list[dict] = []
+    if "parity" in sections:
+        rows = parity.pass_parity(device, dtypes)
+        checked += rows
+        parts.append("## Passes against stock (one step)\n\n" + markdown(rows))
+    if "sync" in sections:
+        rows = parity.host_sync_audit(device)
+        checked += rows
+        parts.append("## Host syncs in the step\n\n" + markdown(rows))
+    if "backends" in sections:
+        rows = parity.backend_parity(device, quick)
+        checked += rows
+        parts.append("## Backends against eager\n\n" + markdown(rows))
+    bench: list[dict] = []
+    if "bench" in sections:
+        bench = bench_rows(device, quick, deadline)
+        columns = ["task", "peer", "tokens/s", "vs stock", "MFU", "peak GiB", "loss vs stock", "result", "note"]
+        peak = "H200 dense bf16 989.4 TFLOP/s" if device.type == "cuda" else "this CPU's measured fp32 matmul peak"
+        parts.append(f"## Benchmark (bf16 on CUDA; MFU against {peak})\n\n" + markdown(bench, columns))
+    failed = [r for r in checked if str(r.get("result", "")).startswith(("FAIL", "ERROR"))]
+    failed += [r for r in bench if r.get("result") == "ERROR"]
+    parts.append(f"\n{len(failed)} failing row(s); {max(deadline.left(), 0):.0f} s of the budget left.\n")
+    return "\n".join(parts), not failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes and one timed step per peer (CI)")
+    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
+    parser.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (default 450 on CUDA)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print("gpu_check: no CUDA device here; run with --device cpu --quick for the CPU pass", file=sys.stderr)
+        return 2
+    sections = [s for s in args.only.split(",") if s]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
+    budget = args.budget_s if args.budget_s is not None else (450.0 if device.type == "cuda" else 3600.0)
+    start = time.monotonic()
+    report, ok = run(device, args.quick, sections, budget)
+    report += f"Wall time {time.monotonic() - start:.0f} s.\n"
+    print(report)
+    if args.out is not None:
+        args.out.write_text(report)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

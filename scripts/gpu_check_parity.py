@@ -1,0 +1,407 @@
+"""The GPU check's parity part: every pass and backend against stock on the device, in fp32 and bf16, and the
+host-sync audit of turbotrain's steps. Used by scripts/gpu_check.py (read its docstring first).
+
+Parity: one training-mode step (forward under the dtype's autocast, backward) of a small model built from a
+config, stock and rewritten from the same weights on the same batch; reported: the loss's relative
+difference and the largest gradient difference relative to that gradient's scale, and whether every
+gradient is finite. Passes within 1e-4 (fp32, TF32 off) or 5e-2 (bf16 autocast).
+
+Host syncs: each pass's step (batch already on the device, fused AdamW step included) runs once to warm up,
+then once per phase (forward, backward, optimizer) with `torch.cuda.set_sync_debug_mode("warn")`, recording
+where each synchronizing call came from, stock's step alike; then whole under `set_sync_debug_mode("error")`.
+Passes when no sync comes from turbotrain's own files, the backward and the optimizer step sync no more
+often than stock's (their syncs are replayed from the autograd threads without their own place), and the
+error mode's first sync, if any, is not in turbotrain (a sync in Transformers' mask code is stock's too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+import traceback
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from turbotrain import optimize
+from turbotrain.backends import BackendUnavailable
+from turbotrain.passes.embedding_grad import apply_embedding_grad
+from turbotrain.passes.fused_optimizer import fused_adamw
+from turbotrain.passes.self_check import RunPrecision, run_precision
+
+TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}
+VOCAB_LARGE = 151_936  # Qwen2's: where the chunked head matters
+SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+
+
+def tiny_model(kind: str, seed: int = 0):
+    """A small randomly initialised model of `kind` (no download); dropout off so stock and rewritten agree."""
+    import transformers as tf
+
+    torch.manual_seed(seed)
+    if kind == "llama":  # GQA, untied head
+        config = tf.LlamaConfig(
+            vocab_size=1000, num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0, **SMALL
+        )
+        return tf.LlamaForCausalLM(config)
+    if kind == "qwen2-152k":  # tied head over Qwen2's vocabulary
+        config = tf.Qwen2Config(vocab_size=VOCAB_LARGE, num_key_value_heads=2, pad_token_id=0, **SMALL)
+        return tf.Qwen2ForCausalLM(config)
+    if kind == "roberta":  # encoder masked LM, tied head, positions from padding_idx + 1
+        config = tf.RobertaConfig(
+            vocab_size=1000, max_position_embeddings=256, pad_token_id=1, hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0, **SMALL,
+        )  # fmt: skip
+        return tf.RobertaForMaskedLM(config)
+    if kind == "gpt2":  # gelu_new: the fused activation's case
+        config = tf.GPT2Config(
+            vocab_size=1000, n_embd=64, n_layer=2, n_head=4, n_positions=256, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0, pad_token_id=0, bos_token_id=0, eos_token_id=0,
+        )  # fmt: skip
+        return tf.GPT2LMHeadModel(config)
+    raise ValueError(kind)
+
+
+def padded_batch(model, lengths=(37, 5, 20), keep=0.3, seed=1) -> dict:
+    """Right-padded input_ids / attention_mask / labels (`keep` of the labels kept) for `model`."""
+    generator = torch.Generator().manual_seed(seed)
+    vocab, pad = model.config.vocab_size, model.config.pad_token_id
+    longest = max(lengths)
+    mask = torch.arange(longest)[None, :] < torch.tensor(lengths)[:, None]
+    input_ids = torch.randint(3, vocab, (len(lengths), longest), generator=generator).masked_fill(~mask, pad)
+    labels = input_ids.masked_fill(~mask | (torch.rand(mask.shape, generator=generator) >= keep), -100)
+    return {"input_ids": input_ids, "attention_mask": mask.long(), "labels": labels}
+
+
+@dataclass
+class Case:
+    """One pass on one model: how to rewrite it and how its batches are made (packing, host rows)."""
+
+    name: str
+    model: str
+    options: dict
+    embedding_on_accelerators: bool = False
+
+
+CASES = [
+    Case("label_sparsity", "roberta", dict(padding_free=False, embedding_grad=False, chunked_cross_entropy="never")),
+    Case("label_sparsity", "llama", dict(padding_free=False, embedding_grad=False, chunked_cross_entropy="never")),
+    Case("chunked_ce", "qwen2-152k", dict(padding_free=False, embedding_grad=False, chunked_cross_entropy="always")),
+    Case("padding_free", "llama", dict(label_sparsity=False, embedding_grad=False)),
+    Case("padding_free", "roberta", dict(label_sparsity=False, embedding_grad=False)),
+    Case("embedding_grad", "llama", dict(label_sparsity=False, padding_free=False, embedding_grad=False), True),
+    Case("embedding_grad", "roberta", dict(label_sparsity=False, padding_free=False, embedding_grad=False), True),
+    Case("fused_activation", "gpt2", dict(label_sparsity=False, padding_free=False, embedding_grad=False)),
+    Case("all (defaults)", "qwen2-152k", dict(chunked_cross_entropy="always")),
+    Case("all (defaults)", "llama", dict()),
+]
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+def rewritten(case: Case, stock, device: torch.device, dtype: torch.dtype):
+    """(rewritten copy of `stock`, its batch maker: padded batch -> the batch the trainer would feed it)."""
+    model = copy.deepcopy(stock)
+    with run_precision(RunPrecision(device.type, None if dtype == torch.float32 else dtype)):
+        report = optimize(model, **case.options)
+    if case.embedding_on_accelerators:
+        apply_embedding_grad(model, on_accelerators=True)
+
+    def feed(padded: dict) -> dict:
+        collator = report.collator(lambda features: {k: v.clone() for k, v in padded.items()})
+        if report.label_sparsity is not None and device.type != "cpu":
+            collator = report.label_sparsity.host_rows_collator(collator)
+        return {k: v.to(device) for k, v in collator(None).items()}
+
+    return model, feed, report
+
+
+def one_step(model, batch: dict, device: torch.device, dtype: torch.dtype):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with autocast(device, dtype):
+        loss = model(**batch).loss
+    loss.backward()
+    grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach().float(), grads
+
+
+def differences(expected, got) -> tuple[float, float, bool]:
+    """(loss relative difference, largest gradient difference relative to its tensor's scale, all finite).
+
+    A tensor's scale is floored at 1e-6 of the largest gradient in the model: gradients that are zero in exact
+    arithmetic (attention key biases: softmax ignores a constant shift) hold only rounding noise."""
+    (loss_a, grads_a), (loss_b, grads_b) = expected, got
+    loss_rel = abs(float(loss_a) - float(loss_b)) / max(abs(float(loss_a)), 1e-12)
+    floor = 1e-6 * max((float(a.abs().max()) for a in grads_a.values()), default=1.0)
+    grad_rel = 0.0
+    for name, a in grads_a.items():
+        b = grads_b.get(name)
+        if b is None:
+            grad_rel = float("inf") if a.abs().max() > floor else grad_rel
+            continue
+        grad_rel = max(grad_rel, float((a - b).abs().max()) / max(float(a.abs().max()), floor))
+    finite = all(bool(torch.isfinite(g).all()) for g in grads_b.values()) and bool(torch.isfinite(loss_b))
+    return loss_rel, grad_rel, finite
+
+
+def pass_parity(device: torch.device, dtypes) -> list[dict]:
+    """One row per (case, dtype): loss and gradient differences from stock, finite gradients, verdict."""
+    rows = []
+    for case in CASES:
+        for dtype in dtypes:
+            rows.append(_parity_row(case, device, dtype))
+    rows.append(_optimizer_row(device))
+    return rows
+
+
+def _parity_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
+    row = {"check": f"{case.name} / {case.model}", "dtype": str(dtype).removeprefix("torch.")}
+    try:
+        stock = tiny_model(case.model).to(device)
+        model, feed, report = rewritten(case, stock, device, dtype)
+        applied = report.applied + (["embedding_grad"] if case.embedding_on_accelerators else [])
+        padded = padded_batch(stock)
+        expected = one_step(stock, {k: v.to(device) for k, v in padded.items()}, device, dtype)
+        got = one_step(model, feed(padded), device, dtype)
+        loss_rel, grad_rel, finite = differences(expected, got)
+    except Exception as error:  # a row that breaks is reported, the check goes on
+        return {**row, "result": "ERROR", "note": _one_line(error)}
+    ok = finite and loss_rel <= TOLERANCE[dtype] and grad_rel <= TOLERANCE[dtype]
+    return {
+        **row,
+        "loss rel. diff": f"{loss_rel:.2e}",
+        "max grad rel. diff": f"{grad_rel:.2e}",
+        "finite": "yes" if finite else "NO",
+        "result": "PASS" if ok else "FAIL",
+        "note": "applied: " + (", ".join(applied) or "none"),
+    }
+
+
+def _optimizer_row(device: torch.device) -> dict:
+    """The fused AdamW against the for-loop AdamW: parameters after three steps (fp32)."""
+    row = {"check": "fused_optimizer / llama", "dtype": "float32"}
+    models = [tiny_model("llama").to(device) for _ in range(2)]
+    optimizers = [
+        torch.optim.AdamW(models[0].parameters(), lr=1e-3, foreach=False),
+        fused_adamw(models[1].parameters(), lr=1e-3),
+    ]
+    batch = {k: v.to(device) for k, v in padded_batch(models[0]).items()}
+    for _ in range(3):
+        for model, optimizer in zip(models, optimizers):
+            model(**batch).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+    worst = max(
+        float((a - b).abs().max()) / max(float(a.abs().max()), 1e-12)
+        for a, b in zip(models[0].parameters(), models[1].parameters())
+    )
+    ok = worst <= 1e-5
+    return {**row, "max grad rel. diff": f"{worst:.2e} (params)", "result": "PASS" if ok else "FAIL", "note": ""}
+
+
+# --- host syncs ---------------------------------------------------------------------------------------------
+
+SYNC_CASES = [case for case in CASES if case.name != "fused_activation"]
+
+
+def _train_step(model, batch, optimizer, device, dtype):
+    with autocast(device, dtype):
+        loss = model(**batch).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+
+
+def _sync_sites(step) -> list[str]:
+    """file:line of every synchronizing CUDA call `step()` made, from `set_sync_debug_mode("warn")`.
+
+    Calls made on the autograd engine's threads are replayed to the caller at the end of the backward, so they
+    carry the backward call's place, not their own: the backward is audited by count against stock's."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return [f"{w.filename}:{w.lineno}" for w in caught if "synchroniz" in str(w.message).lower()]
+
+
+def _phase_sites(model, batch, optimizer, device, dtype) -> dict[str, list[str]]:
+    """Sync sites of one training step, per phase: forward, backward, optimizer step."""
+    held = {}
+
+    def forward():
+        with autocast(device, dtype):
+            held["loss"] = model(**batch).loss
+
+    def step():
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return {
+        "forward": _sync_sites(forward),
+        "backward": _sync_sites(lambda: held["loss"].backward()),
+        "optimizer": _sync_sites(step),
+    }
+
+
+def _error_mode(step) -> str:
+    """'no sync', or where the first sync was raised (the innermost frame of the traceback)."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    except RuntimeError as error:
+        frames = traceback.extract_tb(error.__traceback__)
+        where = f"{frames[-1].filename}:{frames[-1].lineno}" if frames else "?"
+        return f"sync at {where}"
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    return "no sync"
+
+
+def host_sync_audit(device: torch.device) -> list[dict]:
+    if device.type != "cuda":
+        return [{"check": "host syncs", "result": "skipped", "note": "needs CUDA (set_sync_debug_mode)"}]
+    return [_sync_row(case, device, torch.bfloat16) for case in SYNC_CASES]
+
+
+def _counts(sites: dict[str, list[str]]) -> str:
+    return "/".join(str(len(sites[phase])) for phase in ("forward", "backward", "optimizer"))
+
+
+def _sync_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
+    row = {"check": f"host syncs: {case.name} / {case.model}", "dtype": "bfloat16"}
+    try:
+        stock = tiny_model(case.model).to(device)
+        model, feed, _ = rewritten(case, stock, device, dtype)
+        padded = padded_batch(stock)
+        runs = [
+            (stock, {k: v.to(device) for k, v in padded.items()}, fused_adamw(stock.parameters(), lr=1e-4)),
+            (model, feed(padded), fused_adamw(model.parameters(), lr=1e-4)),
+        ]
+        for m, b, o in runs:
+            _train_step(m, b, o, device, dtype)  # warm-up: lazy initialisation (cuBLAS, AdamW state) syncs once
+        stock_sites, turbo_sites = (_phase_sites(m, b, o, device, dtype) for m, b, o in runs)
+        ours = sorted({site for sites in turbo_sites.values() for site in sites if "/turbotrain/" in site})
+        strict = _error_mode(lambda: _train_step(*runs[1], device, dtype))
+    except Exception as error:
+        return {**row, "result": "ERROR", "note": _one_line(error)}
+    more = [p for p in ("backward", "optimizer") if len(turbo_sites[p]) > len(stock_sites[p])]
+    ok = not ours and not more and "/turbotrain/" not in strict
+    note = (
+        f"syncs forward/backward/optimizer: stock {_counts(stock_sites)}, turbo {_counts(turbo_sites)}; "
+        f"error mode: {strict}"
+    )
+    if ours:
+        note += "; from turbotrain: " + ", ".join(ours)
+    if more:
+        note += "; more than stock in: " + ", ".join(more)
+    return {**row, "result": "PASS" if ok else "FAIL", "note": note}
+
+
+# --- backends -------------------------------------------------------------------------------------------------
+
+
+def backend_parity(device: torch.device, quick: bool) -> list[dict]:
+    """eager vs inductor and onnxruntime (one step each, fp32 and bf16), xla (three Trainer steps), the refusals."""
+    import turbotrain
+
+    rows = []
+    for dtype in (torch.float32, torch.bfloat16):
+        if quick:
+            rows.append({"check": "backend inductor / llama", "dtype": str(dtype)[6:], "result": "skipped",
+                         "note": "--quick: inductor's C++ compile is tested in tests/backends"})  # fmt: skip
+            break
+        rows.append(_compiled_row("inductor", {}, device, dtype, turbotrain))
+    rows.append(_onnxruntime_row(device, quick, turbotrain))
+    rows.append(_xla_row(device, quick))
+    return rows
+
+
+def _compiled_row(backend: str, options: dict, device: torch.device, dtype: torch.dtype, turbotrain) -> dict:
+    row = {"check": f"backend {backend} / llama", "dtype": str(dtype).removeprefix("torch.")}
+    try:
+        stock = tiny_model("llama").to(device)
+        model = copy.deepcopy(stock)
+        optimize(model, padding_free=False, embedding_grad=False)
+        turbotrain.compile(model, backend=backend, backend_options=options)
+        batch = {k: v.to(device) for k, v in padded_batch(stock).items()}
+        expected = one_step(stock, batch, device, dtype)
+        start = time.perf_counter()
+        got = one_step(model, batch, device, dtype)
+        first_s = time.perf_counter() - start
+        loss_rel, grad_rel, finite = differences(expected, got)
+    except BackendUnavailable as why:
+        return {**row, "result": "refused", "note": _one_line(why)}
+    except Exception as error:
+        return {**row, "result": "ERROR", "note": _one_line(error)}
+    ok = finite and loss_rel <= TOLERANCE[dtype] and grad_rel <= TOLERANCE[dtype]
+    return {
+        **row,
+        "loss rel. diff": f"{loss_rel:.2e}",
+        "max grad rel. diff": f"{grad_rel:.2e}",
+        "finite": "yes" if finite else "NO",
+        "result": "PASS" if ok else "FAIL",
+        "note": f"first step (compile) {first_s:.1f} s; report {turbotrain.compiled_step.backend_of(model).report()}",
+    }
+
+
+def _onnxruntime_row(device: torch.device, quick: bool, turbotrain) -> dict:
+    """CUDA EP present: parity; absent (the CPU-only wheel): the refusal must name onnxruntime-gpu."""
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime") is None:
+        return {"check": "backend onnxruntime", "result": "skipped", "note": "onnxruntime not installed"}
+    import onnxruntime
+
+    from turbotrain.backends.ort_binding import CUDA_PROVIDER
+
+    probe = torch.device("cuda", 0) if device.type == "cpu" else device
+    if device.type == "cuda" and CUDA_PROVIDER in onnxruntime.get_available_providers():
+        return _compiled_row("onnxruntime", {"cache_dir": None}, device, torch.float32, turbotrain)
+    try:
+        turbotrain.compile(tiny_model("llama"), backend="onnxruntime", device=probe)
+    except BackendUnavailable as why:
+        clear = "onnxruntime-gpu" in str(why)
+        return {
+            "check": f"backend onnxruntime on {probe.type} (providers {onnxruntime.get_available_providers()})",
+            "result": "PASS (refused)" if clear else "FAIL",
+            "note": _one_line(why),
+        }
+    return {"check": "backend onnxruntime", "result": "FAIL", "note": "a CUDA model was accepted without CUDA EP"}
+
+
+def _xla_row(device: torch.device, quick: bool) -> dict:
+    import importlib.util
+
+    row = {"check": "backend xla / gpt2 (3 Trainer steps)", "dtype": "float32"}
+    if quick:
+        return {**row, "result": "skipped", "note": "--quick: jax compiles are tested in tests/backends/xla"}
+    missing = [p for p in ("jax", "torchax", "optax") if importlib.util.find_spec(p) is None]
+    if missing:
+        return {**row, "result": "skipped", "note": f"not installed: {', '.join(missing)}"}
+    try:
+        from scripts.gpu_check_bench import trainer_losses
+
+        stock = trainer_losses(tiny_model("gpt2"), device, steps=3, backend=None)
+        xla = trainer_losses(tiny_model("gpt2"), device, steps=3, backend="xla")
+    except Exception as error:
+        return {**row, "result": "ERROR", "note": _one_line(error)}
+    worst = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(stock, xla))
+    ok = worst <= 1e-4
+    return {**row, "loss rel. diff": f"{worst:.2e}", "result": "PASS" if ok else "FAIL", "note": f"losses {xla}"}
+
+
+def _one_line(error: BaseException) -> str:
+    text = f"{type(error).__name__}: {error}".replace("\n", " ").replace("|", "/")
+    return text[:300]

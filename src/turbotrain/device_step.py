@@ -1,0 +1,42 @@
+"""What the trainer decides from where the step runs: the training collator, and whether parameters are sharded.
+
+* `train_collator(trainer)`: the user's collator, then padding-free's packer (if installed), then, when the
+  step runs on an accelerator inside Trainer's own loop, label sparsity's kept rows chosen on the host
+  (passes/host_rows.py), so the step has no `nonzero` to wait for. None when nothing wraps the collator.
+  A backend with a loop of its own (xla) shapes its batches itself and gets no host rows.
+* `shards_parameters(trainer)`: FSDP or DeepSpeed ZeRO-3 holds each parameter as a shard of a flat buffer
+  (passes that return sparse gradients refuse then).
+"""
+
+from __future__ import annotations
+
+from turbotrain.backends.base import Backend
+from turbotrain.passes import host_rows
+
+
+def train_collator(trainer):
+    """The collator the training dataloader should use, or None for the user's own (see the module docstring)."""
+    report, inner = trainer.turbo_report, trainer.data_collator
+    if report is None or inner is None:
+        return None
+    collator = report.collator(inner)
+    sparsity = report.label_sparsity
+    if sparsity is not None and host_rows.wanted(trainer.args.device) and _runs_trainer_step(trainer.backend):
+        collator = sparsity.host_rows_collator(collator)
+    return None if collator is inner else collator
+
+
+def _runs_trainer_step(backend: Backend) -> bool:
+    """Trainer's own loop calls the model with the batch (a backend with its own loop replaces it)."""
+    return type(backend).training_loop is Backend.training_loop
+
+
+def shards_parameters(trainer) -> bool:
+    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return False
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled())

@@ -1,0 +1,71 @@
+"""Label sparsity's kept rows chosen on the host, in the collator, so a step on an accelerator never waits.
+
+Why: label sparsity finds the rows whose label counts with `nonzero`, whose output size is data-dependent.
+On CUDA the device must finish everything queued before it and copy the count back to the host before the
+forward can go on: a host sync in every forward, which leaves the GPU idle while Python catches up. The
+collator holds the labels on the CPU anyway; there the same `labelled_rows` waits for nothing, and its
+result travels to the device with the batch (pinned, with the rest of it, by the DataLoader).
+
+Contract: `HostRowsCollator(inner, causal)` adds to every batch whose `labels` are [B, T]:
+* `turbotrain_label_rows` [K] int64: the flattened [B*T] positions whose target (the next label for a
+  causal LM) is not -100;
+* `turbotrain_label_targets` [K]: those targets;
+* `turbotrain_label_grid`: an empty [B, T, 0] tensor whose shape records the labels' shape (no bytes to move).
+Label sparsity's forward pre-hook takes the three off every call (`split`: the model never sees them) and
+uses the rows in place of its own `nonzero` when the call's labels have the recorded shape. Exact: the same
+function on the same labels gives the same rows and targets, so the numbers are those of the in-model choice.
+Wrong only if code between the collator and the model rewrites label values in place, keeping the shape
+(no Trainer, TRL or turbotrain path does; the shapes are checked on every call).
+
+Where: `wanted(device)`: the step runs on an accelerator. On the CPU there is nothing to wait for, so the
+batches stay as they were (and the numbers are the same either way).
+"""
+
+from __future__ import annotations
+
+import torch
+
+ROWS = "turbotrain_label_rows"
+TARGETS = "turbotrain_label_targets"
+GRID = "turbotrain_label_grid"
+KEYS = (ROWS, TARGETS, GRID)
+
+
+def wanted(device: torch.device | str) -> bool:
+    """Whether the kept rows should come from the collator: the step runs on an accelerator (a sync there)."""
+    return torch.device(device).type != "cpu"
+
+
+class HostRowsCollator:
+    """Wraps a collator: collate (and pack) as before, then add the kept rows label sparsity will use."""
+
+    def __init__(self, inner, causal: bool):
+        self.inner, self.causal = inner, causal
+
+    def __call__(self, features):
+        batch = self.inner(features)
+        labels = batch.get("labels") if hasattr(batch, "get") else None
+        if not torch.is_tensor(labels) or labels.dim() != 2 or labels.is_floating_point():
+            return batch
+        from turbotrain.passes.label_sparsity import labelled_rows  # label_sparsity imports this module
+
+        rows, targets = labelled_rows(labels, self.causal)
+        batch[ROWS], batch[TARGETS] = rows, targets
+        batch[GRID] = labels.new_empty(*labels.shape, 0)
+        return batch
+
+
+def split(kwargs: dict) -> tuple[dict, tuple[torch.Tensor, torch.Tensor, torch.Size] | None]:
+    """(kwargs without the collator's keys, (rows, targets, labels shape) or None if the batch had none)."""
+    if ROWS not in kwargs:
+        return kwargs, None
+    given = (kwargs[ROWS], kwargs[TARGETS], kwargs[GRID].shape[:2])
+    return {k: v for k, v in kwargs.items() if k not in KEYS}, given
+
+
+def rows_for(given, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The collator's (rows, targets) if they were made for labels of this shape, else None."""
+    if given is None or tuple(given[2]) != tuple(labels.shape):
+        return None
+    rows, targets = given[0], given[1]
+    return rows.to(labels.device, non_blocking=True), targets.to(labels.device, non_blocking=True)

@@ -1,0 +1,97 @@
+"""scripts/gpu_check.py cannot rot: its CPU pass (`--device cpu --quick`) runs every section's code at tiny sizes
+(in CI about half a minute), and its planning and table helpers are checked on their own."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from scripts.gpu_check import bench_plan, markdown
+from scripts.gpu_check_bench import PEERS, TASKS, loss_difference, unavailable
+
+from scripts import gpu_check_parity
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_plan_runs_stock_and_turbotrain_first_and_compiles_last():
+    plan = bench_plan(quick=False)
+    assert len(plan) == len(TASKS) * len(PEERS)
+    head = plan[: 2 * len(TASKS)]
+    assert {peer for _, peer in head} == {"stock (sdpa)", "turbotrain"}
+    assert {peer for _, peer in plan[-len(TASKS) :]} == {"torch_compile"}
+    quick = bench_plan(quick=True)
+    assert {peer for _, peer in quick} == set(PEERS)  # every peer kind is exercised by the CPU pass
+
+
+def test_peers_that_do_not_apply_say_why():
+    assert "sft" in unavailable("clm", "trl padding_free")
+    assert unavailable("asr", "stock + flattening")
+    assert unavailable("sft", "stock (sdpa)") is None and unavailable("mlm", "turbotrain") is None
+
+
+def test_loss_difference_and_table():
+    assert loss_difference([1.0, 2.02], [1.0, 2.0]) == pytest.approx(0.01)
+    assert loss_difference([1.0], [1.0, 2.0]) is None
+    table = markdown([{"a": 1, "b": "x|y"}, {"a": 2}])
+    assert table.splitlines()[0] == "| a | b |" and "x/y" in table
+
+
+@pytest.mark.slow
+def test_the_cpu_pass_runs_every_section_without_a_failing_row(tmp_path):
+    out = tmp_path / "gpu_check.md"
+    result = subprocess.run(
+        [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = out.read_text()
+    for heading in ("Passes against stock", "Host syncs", "Backends against eager", "Benchmark"):
+        assert heading in report
+    assert "ERROR" not in report and "| FAIL" not in report
+    for task in TASKS:
+        assert f"| {task} | turbotrain | " in report and f"| {task} | stock (sdpa) | " in report
+    assert "PASS (refused)" in report  # onnxruntime's CPU wheel refuses a CUDA model, naming onnxruntime-gpu
+
+
+class NoCuda:
+    """Stand-ins for the CUDA calls the host-sync audit makes, so its logic runs on the CPU."""
+
+    def __init__(self, monkeypatch, sites=None):
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+        monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", lambda mode: None)
+        if sites is not None:
+            monkeypatch.setattr(gpu_check_parity, "_phase_sites", lambda *a: sites)
+
+
+@pytest.mark.parametrize("case", [0, 2])  # label sparsity (host rows), the chunked head
+def test_the_sync_audit_passes_a_step_without_syncs(monkeypatch, case):
+    import torch
+
+    NoCuda(monkeypatch)
+    row = gpu_check_parity._sync_row(gpu_check_parity.SYNC_CASES[case], torch.device("cpu"), torch.bfloat16)
+    assert row["result"] == "PASS", row
+    assert "stock 0/0/0, turbo 0/0/0; error mode: no sync" in row["note"]
+
+
+def test_the_sync_audit_fails_a_sync_in_turbotrain_or_an_extra_one_in_the_backward(monkeypatch):
+    import torch
+
+    case = gpu_check_parity.SYNC_CASES[0]
+    ours = {"forward": ["/x/src/turbotrain/passes/label_sparsity.py:120"], "backward": [], "optimizer": []}
+    NoCuda(monkeypatch, sites=ours)
+    row = gpu_check_parity._sync_row(case, torch.device("cpu"), torch.bfloat16)
+    assert row["result"] == "FAIL" and "label_sparsity.py:120" in row["note"]
+    calls = iter(
+        [{"forward": [], "backward": [], "optimizer": []}, {"forward": [], "backward": ["e"], "optimizer": []}]
+    )
+    monkeypatch.setattr(gpu_check_parity, "_phase_sites", lambda *a: next(calls))
+    row = gpu_check_parity._sync_row(case, torch.device("cpu"), torch.bfloat16)
+    assert row["result"] == "FAIL" and "more than stock in: backward" in row["note"]
