@@ -107,7 +107,7 @@ def test_passes_install_under_bf16_autocast(family):
     model = make(family, dropout=False)
     with run_precision(RunPrecision("cpu", torch.bfloat16)):
         report = optimize(model, padding_free=False, chunked_cross_entropy="always")
-    assert report.label_sparsity is not None and report.chunked_ce is not None
+    assert report.label_sparsity is not None and report.chunked_cross_entropy is not None
 
 
 def test_trainer_runs_the_checks_under_its_bf16_autocast(tmp_path, monkeypatch):

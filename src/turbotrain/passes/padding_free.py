@@ -68,7 +68,7 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.registry import Option, PassSpec, register_pass
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_under_run_precision
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 
@@ -208,7 +208,7 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     lengths, capacity = check_lengths(model)
     padded = modeling.synthetic_batch(model, lengths, seed=4321, ignore_every=0 if installed.spec.causal else 3)
     packed = _packed(padded, installed.spec, next(model.parameters()).device, capacity)
-    problem = compare_losses(model, lambda: model(**padded), lambda: model(**packed), "packed")
+    problem = check_under_run_precision(model, lambda: model(**padded), lambda: model(**packed), "packed")
     if problem is None:
         problem = compare_token_outputs(model, padded, packed)
     if problem is None and carries_state(model, installed.spec):
