@@ -53,7 +53,7 @@ from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.summary import SummaryCallback, not_active, summary_line
-from turbotrain.utils.warnings import log_once, warn_once
+from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory, warn_once
 
 logger = logging.getLogger("turbotrain")
 
@@ -82,6 +82,7 @@ class TurboMixin(TrainerBoundary):
             self.add_callback(callback)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
+        quiet_cpu_pin_memory()
 
     def turbo_summary(self) -> str:
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
