@@ -7,7 +7,10 @@
 
 to `turbo(X)` and `turbo_arguments(X)` (the ready names' classes: `transformers.Trainer is TurboTrainer`),
 in the packages scripts import them from: `transformers` (a `_LazyModule`: an attribute set on it wins
-over its lazy lookup), `trl` and `trl.trainer`. So `from transformers import Trainer`,
+over its lazy lookup), `trl` and `trl.trainer`. Importing `transformers.processing_utils` executes
+Transformers' `__init__` a second time (`direct_transformers_import`), which puts a new `transformers`
+module object in `sys.modules`; it is imported first, and the object patched is the one `sys.modules`
+holds then, the one every later `import transformers` gets. So `from transformers import Trainer`,
 `transformers.Trainer(...)` and `class MyTrainer(Trainer)` in a script all get turbotrain. The turbo
 classes subclass the stock ones, so `isinstance(trainer, Trainer)` and `isinstance(args, SFTConfig)`
 inside Transformers and TRL still hold.
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 from dataclasses import MISSING, dataclass, field, fields
 
 from turbotrain.utils.imports import is_trl_available
@@ -71,14 +75,22 @@ class Patch:
         self.replaced.clear()
 
 
+def _rebuild(arguments_class: type, state: dict):
+    arguments = arguments_class.__new__(arguments_class)
+    arguments.__dict__.update(state)
+    return arguments
+
+
 def _reduce_as(arguments_class: type):
     """`__reduce__` of a run's arguments: pickled as an instance of `arguments_class`, the turbo class they
-    were made from, so they load in any process (this run's class exists in no module)."""
+    were made from (its own `__reduce__` where it has one: `turbo_arguments` classes), so they load in
+    any process; this run's class exists in no module."""
 
     def reduce(self):
-        plain = arguments_class.__new__(arguments_class)
-        plain.__dict__.update(self.__dict__)
-        return plain.__reduce_ex__(2)
+        if arguments_class.__reduce__ is not object.__reduce__:
+            plain = _rebuild(arguments_class, self.__dict__)
+            return arguments_class.__reduce__(plain)
+        return _rebuild, (arguments_class, dict(self.__dict__))
 
     return reduce
 
@@ -139,11 +151,11 @@ def _set(patch: Patch, module, name: str, value) -> None:
 
 def install(defaults: dict | None = None) -> Patch:
     """Replace the names (see the module docstring); `defaults`: turbotrain options for the arguments classes."""
-    import transformers
-
+    importlib.import_module("transformers.processing_utils")  # re-makes the `transformers` module, once
     defaults = defaults or {}
     patch = Patch(classes=_turbo_classes(TRANSFORMERS_CLASSES, defaults))
     trl_classes = _trl_classes(defaults)  # imported before anything is patched
+    transformers = sys.modules["transformers"]  # the module object every later `import transformers` gets
     for name, made in patch.classes.items():
         _set(patch, transformers, name, made)
     if trl_classes:
