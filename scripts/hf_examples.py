@@ -1,6 +1,11 @@
-"""Run Hugging Face's example scripts stock and with the class names swapped, and compare their losses.
+"""Run Hugging Face's example scripts stock and with turbotrain, and compare their losses.
 
-    python scripts/hf_examples.py --examples-dir ~/transformers/examples/pytorch [--trl-scripts-dir DIR]
+    python scripts/hf_examples.py --examples-dir ~/transformers/examples/pytorch [--trl-scripts-dir DIR] \
+        [--launcher rename run]
+
+`--launcher rename` (the default): the scripts with the class names swapped; `--launcher run`: the
+unmodified scripts started as `python -m turbotrain script.py ...` (zero edits, docs/zero-edit.md); both:
+one row per way.
 
 Users run turbotrain through the stock example scripts with two names changed (`Trainer` ->
 `TurboTrainer`, `TrainingArguments` -> `TurboTrainingArguments`; `Seq2SeqTrainer`, `SFTTrainer` and

@@ -51,7 +51,9 @@ def test_transformers_names_become_turbotrain_s_and_come_back(patched):
     assert importlib.import_module(import_name).Trainer is TurboTrainer
 
     assert imported is TurboTrainer and issubclass(imported, Trainer)
-    assert importlib.import_module("transformers.trainer").Trainer is Trainer, "the defining module keeps the stock class (pickle looks there)"
+    assert importlib.import_module("transformers.trainer").Trainer is Trainer, (
+        "the defining module keeps the stock class (pickle looks there)"
+    )
     patched.undo()
     assert transformers.Trainer is Trainer and transformers.Seq2SeqTrainer is Seq2SeqTrainer
 

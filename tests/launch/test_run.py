@@ -103,8 +103,13 @@ def test_the_script_sees_what_python_script_py_gives_it(tmp_path):
     )
     assert main([str(script), "--flag", "x"]) == 0
     seen = json.loads((tmp_path / "seen.json").read_text())
-    assert seen == {"argv": [str(script), "--flag", "x"], "file": str(script), "name": "__main__",
-                    "path0": str(tmp_path), "helper": 42}
+    assert seen == {
+        "argv": [str(script), "--flag", "x"],
+        "file": str(script),
+        "name": "__main__",
+        "path0": str(tmp_path),
+        "helper": 42,
+    }
     assert sys.argv[0] != str(script), "restored after the run"
 
 
