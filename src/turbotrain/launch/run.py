@@ -72,8 +72,8 @@ def _script_traceback(error: BaseException, script: str):
 
 
 def exec_as_main(script: str) -> None:
-    """Run the file `script` as `__main__`, the way `python script.py` does (runpy would give it the
-    path as typed for `__file__` and for `sys.argv[0]`; Python gives the absolute path, resp. as typed)."""
+    """Run the file `script` as `__main__`, the way `python script.py` does: `__file__` is the absolute
+    path (`runpy.run_path` would give the path as typed, and put it in `sys.argv[0]` too)."""
     path = os.path.abspath(script)
     with io.open_code(path) as file:
         code = compile(file.read(), path, "exec")
@@ -106,9 +106,7 @@ def run_script(script: str, args: list[str], options: dict) -> int:
     sys.path[0:1] = [os.path.dirname(os.path.abspath(script))]  # as `python script.py` sets it
     code = 0
     try:
-        exec_as_main(script)
-    except SystemExit:
-        raise
+        exec_as_main(script)  # a SystemExit goes up as it is: Python exits with the script's code
     except (Exception, KeyboardInterrupt) as error:
         error = error.with_traceback(_script_traceback(error, script))  # what Python would print for the script
         sys.excepthook(type(error), error, error.__traceback__)
