@@ -134,7 +134,6 @@ def test_the_console_command_and_python_m_behave_the_same(tmp_path):
     ways = {
         "console": [str(turbotrain), "run", "--backend", "eager", str(script), "a"],
         "-m": [sys.executable, "-m", "turbotrain", "--backend", "eager", str(script), "a"],
-        "-m run": [sys.executable, "-m", "turbotrain", "run", "--backend", "eager", str(script), "a"],
     }
     results = {way: subprocess.run(cmd, capture_output=True, text=True) for way, cmd in ways.items()}
     for way, done in results.items():

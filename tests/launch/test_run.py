@@ -140,3 +140,14 @@ def test_a_misspelt_option_is_exit_code_2_listing_the_valid_ones(tmp_path, capsy
     assert main(["--label-sparsty", "False", str(script)]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "unknown turbotrain option 'label_sparsty'" in err and "valid options: backend" in err
+
+
+def test_python_m_turbotrain_takes_a_script_or_any_turbotrain_command(tmp_path, capsys):
+    from turbotrain.__main__ import main as python_m
+
+    script = write(tmp_path, "plain.py", "print('hi')\n")
+    assert python_m([str(script)]) == 0 and python_m(["run", str(script)]) == 0
+    assert capsys.readouterr().out == "hi\nhi\n"
+    with pytest.raises(SystemExit) as exited:
+        python_m(["export", "--help"])  # a command of the `turbotrain` CLI, not a script
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("usage: turbotrain export")
