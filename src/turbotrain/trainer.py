@@ -11,7 +11,9 @@ which forwards them to the public `turbo_*` methods here:
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
-  requested pass is not (summary.py); an fp32 run on a CPU gets one more line on bf16 (bf16_hint.py).
+  requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
+  fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
+  notice is silenced (utils/warnings.py).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
   prediction keep the user's collator, so `compute_metrics` sees padded, full logits.

@@ -26,6 +26,7 @@ from scripts.hf_examples import (
     write_shims,
 )
 
+from tests.launch.tiny_scripts import DATA_PARALLEL
 from turbotrain.utils.imports import is_trl_available
 
 HF_EXAMPLES = os.environ.get("TURBOTRAIN_HF_EXAMPLES")
@@ -83,28 +84,6 @@ def test_trl_sft_script_under_torchrun_m_turbotrain_matches_stock_torchrun(work)
     stock = run_one(sft, script, w, "torchrun-stock", env, launch=TORCHRUN, extra=[*SHORT, "--use_cpu", "True"])
     turbo = run_one(sft, script, w, "torchrun-turbo", env, launch=[*TORCHRUN, "-m", "turbotrain"], extra=SHORT)
     assert_same_losses_with_passes(stock, turbo, "torchrun -m turbotrain")
-
-
-DATA_PARALLEL = """
-import json, os, sys
-import torch, transformers
-from datasets import Dataset
-from transformers import Trainer, TrainingArguments
-
-config = transformers.GPT2Config(vocab_size=64, n_embd=16, n_layer=1, n_head=2, n_positions=32,
-                                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-torch.manual_seed(0)
-model = transformers.GPT2LMHeadModel(config)
-ids = torch.randint(0, 64, (32, 12), generator=torch.Generator().manual_seed(0))
-data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
-args = TrainingArguments(output_dir=sys.argv[1], max_steps=3, per_device_train_batch_size=2, logging_steps=1,
-                         report_to="none", save_strategy="no", disable_tqdm=True)
-trainer = Trainer(model=model, args=args, train_dataset=data)
-trainer.train()
-with open(os.path.join(sys.argv[1], f"rank{os.environ['RANK']}.json"), "w") as f:
-    json.dump({"world": args.world_size, "trainer": type(trainer).__name__,
-               "backend": trainer.backend.name, "passes": trainer.turbo_report.applied}, f)
-"""
 
 
 def test_accelerate_launch_m_turbotrain_runs_every_process_with_turbotrain(tmp_path):

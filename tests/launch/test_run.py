@@ -10,40 +10,8 @@ import textwrap
 
 import pytest
 
+from tests.launch.tiny_scripts import SUBCLASS
 from turbotrain.launch import main
-
-TRAIN = """
-import json, sys
-import torch
-import transformers
-from datasets import Dataset
-from transformers import Trainer, TrainingArguments
-
-
-class MyTrainer(Trainer):  # a script's own subclass: it must get turbotrain too
-    def log(self, logs, *args, **kwargs):
-        super().log(logs, *args, **kwargs)
-
-
-def main(out):
-    config = transformers.GPT2Config(vocab_size=96, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    torch.manual_seed(0)
-    model = transformers.GPT2LMHeadModel(config)
-    ids = torch.randint(3, 96, (24, 37), generator=torch.Generator().manual_seed(0))
-    data = Dataset.from_dict({"input_ids": ids.tolist(), "labels": ids.tolist()})
-    args = TrainingArguments(output_dir=out, max_steps=6, per_device_train_batch_size=4, logging_steps=1,
-                             report_to="none", save_strategy="no", disable_tqdm=True, learning_rate=1e-3)
-    trainer = MyTrainer(model=model, args=args, train_dataset=data)
-    trainer.train()
-    losses = [e["loss"] for e in trainer.state.log_history if "loss" in e]
-    mro = [c.__name__ for c in type(trainer).__mro__]
-    json.dump({"losses": losses, "mro": mro, "args": type(args).__name__}, open(out + "/result.json", "w"))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1])
-"""
 
 
 def write(tmp_path, name: str, source: str):
@@ -65,7 +33,7 @@ def stock_run(script, *args):
 
 
 def test_a_script_subclassing_trainer_gets_turbotrain_with_the_stock_losses(tmp_path, capsys):
-    script = write(tmp_path, "train.py", TRAIN)
+    script = write(tmp_path, "train.py", SUBCLASS)
     (tmp_path / "stock").mkdir()
     (tmp_path / "turbo").mkdir()
     stock_run(script, str(tmp_path / "stock"))
