@@ -1,6 +1,11 @@
-"""Run Hugging Face's example scripts stock and with the class names swapped, and compare their losses.
+"""Run Hugging Face's example scripts stock and with turbotrain, and compare their losses.
 
-    python scripts/hf_examples.py --examples-dir ~/transformers/examples/pytorch [--trl-scripts-dir DIR]
+    python scripts/hf_examples.py --examples-dir ~/transformers/examples/pytorch [--trl-scripts-dir DIR] \
+        [--launcher rename run]
+
+`--launcher rename` (the default): the scripts with the class names swapped; `--launcher run`: the
+unmodified scripts started as `python -m turbotrain script.py ...` (zero edits, docs/zero-edit.md); both:
+one row per way.
 
 Users run turbotrain through the stock example scripts with two names changed (`Trainer` ->
 `TurboTrainer`, `TrainingArguments` -> `TurboTrainingArguments`; `Seq2SeqTrainer`, `SFTTrainer` and
@@ -43,6 +48,8 @@ RENAMES = {
     "SFTTrainer": "TurboSFTTrainer",
     "SFTConfig": "TurboSFTConfig",
 }
+LAUNCHERS = {"rename": "swapped", "run": "run"}  # --launcher -> the variant it runs beside stock
+WAYS = {"swapped": "names swapped", "run": "`turbotrain run`"}
 COMMON = ["--max_steps", "10", "--logging_steps", "1", "--seed", "42", "--report_to", "none", "--save_steps", "10"]
 COMMON += ["--per_device_train_batch_size", "4", "--per_device_eval_batch_size", "4", "--dataloader_num_workers", "0"]
 
@@ -433,6 +440,7 @@ def swap_names(source: str) -> str:
 
 
 def prepare(example: Example, scripts_dir: Path, w: Path, variant: str) -> Path:
+    """A copy of the example's script (and its sibling files): renamed for "swapped", as is otherwise."""
     source = scripts_dir / example.script
     target = w / "scripts" / variant / example.script
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -456,14 +464,23 @@ class Run:
     summary: str
 
 
-def run_one(example: Example, script: Path, w: Path, variant: str, env: dict) -> Run:
+def launcher(variant: str) -> list[str]:
+    """How a variant starts its script: `python script.py`, or `python -m turbotrain script.py` (zero edits)."""
+    return [sys.executable, "-m", "turbotrain"] if variant == "run" else [sys.executable]
+
+
+def run_one(
+    example: Example, script: Path, w: Path, variant: str, env: dict, launch: list[str] | None = None, extra=()
+) -> Run:
+    """One run of `script`, started by `launch` (default: the variant's launcher) with `extra` arguments last."""
     out = w / "out" / example.name.replace(" ", "_") / variant
     shutil.rmtree(out, ignore_errors=True)
-    cmd = ["nice", "-n", "19", sys.executable, str(script), *COMMON, *example.args, "--output_dir", str(out)]
+    launch = launch if launch is not None else launcher(variant)
+    cmd = ["nice", "-n", "19", *launch, str(script), *COMMON, *example.args, *extra, "--output_dir", str(out)]
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=script.parent, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
-    if example.resume and variant == "swapped" and proc.returncode == 0:
+    if example.resume and variant != "stock" and proc.returncode == 0:
         (out / "trainer_state.json").unlink(missing_ok=True)  # the losses must come from the resumed run
         cmd += ["--resume_from_checkpoint", str(out / "checkpoint-5")]
         proc = subprocess.run(cmd, env=env, cwd=script.parent, capture_output=True, text=True)
@@ -507,22 +524,9 @@ def rel_diff(a: dict, b: dict) -> float:
     return max(abs(a[k] - b[k]) / max(abs(a[k]), 1e-12) for k in keys)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples-dir", type=Path, required=True, help="a transformers checkout's examples/pytorch")
-    parser.add_argument("--trl-scripts-dir", type=Path, help="TRL's trl/scripts (default: the installed trl's)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/turbotrain-hf-examples"))
-    parser.add_argument("--only", nargs="*", help="run only these examples (names as in the table)")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="largest relative loss difference that passes")
-    parser.add_argument(
-        "--dropout", type=float, default=None, help="set every dropout of the tiny configs (default: keep)"
-    )
-    args = parser.parse_args(argv)
-
-    w = args.work
-    build_assets(w, args.dropout)
-    shims = write_shims(w)
-    env = {
+def script_env(w: Path, shims: Path) -> dict:
+    """The environment of every run: offline, the shims and this turbotrain on an absolute PYTHONPATH."""
+    return {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "HF_DATASETS_OFFLINE": "1",
@@ -535,14 +539,58 @@ def main(argv: list[str] | None = None) -> int:
             os.path.abspath(p) for p in [str(shims), *os.environ.get("PYTHONPATH", "").split(os.pathsep)] if p
         ),
     }
-    probe = [sys.executable, "-c", "import turbotrain; print(turbotrain.__file__)"]
-    print("swapped runs import", subprocess.run(probe, env=env, cwd=w, capture_output=True, text=True).stdout.strip())
-    trl_dir = args.trl_scripts_dir
-    if trl_dir is None:
-        import importlib.util
 
-        spec = importlib.util.find_spec("trl")
-        trl_dir = Path(spec.origin).parent / "scripts" if spec else None
+
+def installed_trl_scripts() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("trl")
+    return Path(spec.origin).parent / "scripts" if spec else None
+
+
+def compare(stock: Run, other: Run, tolerance: float, name: str) -> tuple[float, float | None, str]:
+    """(max relative loss difference, the same for eval metrics or None, status) of two runs."""
+    loss_diff = rel_diff(stock.losses, other.losses)
+    eval_diff = rel_diff(stock.metrics, other.metrics) if stock.metrics else None
+    if stock.rc != 0:
+        status = f"stock failed (rc {stock.rc})"
+    elif other.rc != 0:
+        status = f"{name} CRASHED (rc {other.rc})"
+    elif loss_diff > tolerance or (eval_diff is not None and eval_diff > max(tolerance, 1e-4)):
+        status = "LOSS DIFFERS"
+    else:
+        status = "ok"
+    return loss_diff, eval_diff, status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples-dir", type=Path, required=True, help="a transformers checkout's examples/pytorch")
+    parser.add_argument("--trl-scripts-dir", type=Path, help="TRL's trl/scripts (default: the installed trl's)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/turbotrain-hf-examples"))
+    parser.add_argument("--only", nargs="*", help="run only these examples (names as in the table)")
+    parser.add_argument("--tolerance", type=float, default=1e-5, help="largest relative loss difference that passes")
+    parser.add_argument(
+        "--dropout", type=float, default=None, help="set every dropout of the tiny configs (default: keep)"
+    )
+    parser.add_argument(
+        "--launcher",
+        nargs="+",
+        default=["rename"],
+        choices=sorted(LAUNCHERS),
+        help="rename: the scripts with the class names swapped; run: the unmodified scripts under `turbotrain run`",
+    )
+    args = parser.parse_args(argv)
+
+    w = args.work
+    build_assets(w, args.dropout)
+    env = script_env(w, write_shims(w))
+    probe = [sys.executable, "-c", "import turbotrain; print(turbotrain.__file__)"]
+    print(
+        "turbotrain runs import", subprocess.run(probe, env=env, cwd=w, capture_output=True, text=True).stdout.strip()
+    )
+    trl_dir = args.trl_scripts_dir or installed_trl_scripts()
+    variants = [LAUNCHERS[name] for name in args.launcher]
 
     rows = []
     for example in examples(w):
@@ -550,41 +598,36 @@ def main(argv: list[str] | None = None) -> int:
             continue
         scripts_dir = trl_dir if example.trl else args.examples_dir
         if scripts_dir is None or not (scripts_dir / example.script).exists():
-            rows.append((example.name, "-", "-", "-", "skipped: script not found", ""))
+            rows.append((example.name, "-", "-", "-", "-", "skipped: script not found", ""))
             continue
-        runs = {v: run_one(example, prepare(example, scripts_dir, w, v), w, v, env) for v in ("stock", "swapped")}
-        stock, swapped = runs["stock"], runs["swapped"]
-        loss_diff = rel_diff(stock.losses, swapped.losses)
-        eval_diff = rel_diff(stock.metrics, swapped.metrics) if stock.metrics else None
-        ratio = stock.runtime / swapped.runtime if stock.runtime and swapped.runtime else None
-        if stock.rc != 0:
-            status = f"stock failed (rc {stock.rc})"
-        elif swapped.rc != 0:
-            status = f"swapped CRASHED (rc {swapped.rc})"
-        elif loss_diff > args.tolerance or (eval_diff is not None and eval_diff > max(args.tolerance, 1e-4)):
-            status = "LOSS DIFFERS"
-        else:
-            status = "ok"
-        rows.append(
-            (
-                example.name,
-                f"{loss_diff:.1e}" if stock.losses else "-",
-                f"{eval_diff:.1e}" if eval_diff is not None else "-",
-                f"{ratio:.2f}x" if ratio else "-",
-                status,
-                swapped.summary,
+        runs = {v: run_one(example, prepare(example, scripts_dir, w, v), w, v, env) for v in ("stock", *variants)}
+        stock = runs["stock"]
+        for variant in variants:
+            other = runs[variant]
+            loss_diff, eval_diff, status = compare(stock, other, args.tolerance, variant)
+            ratio = stock.runtime / other.runtime if stock.runtime and other.runtime else None
+            rows.append(
+                (
+                    example.name,
+                    WAYS[variant],
+                    f"{loss_diff:.1e}" if stock.losses else "-",
+                    f"{eval_diff:.1e}" if eval_diff is not None else "-",
+                    f"{ratio:.2f}x" if ratio else "-",
+                    status,
+                    other.summary,
+                )
             )
-        )
-        print(f"[{example.name}] {status}; steps {len(stock.losses)}/{len(swapped.losses)}", flush=True)
-        if status != "ok":
-            failed = swapped if stock.rc == 0 else stock
-            print(failed.tail, flush=True)
+            print(f"[{example.name}, {variant}] {status}; steps {len(stock.losses)}/{len(other.losses)}", flush=True)
+            if status != "ok":
+                print((other if stock.rc == 0 else stock).tail, flush=True)
 
-    print("\n| script | max rel. loss diff | max rel. eval diff | train time stock/swapped | status | turbotrain |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "\n| script | turbotrain by | max rel. loss diff | max rel. eval diff | train time stock/turbo | status | turbotrain |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for row in rows:
         print("| " + " | ".join(row) + " |")
-    return 0 if all(r[4] in ("ok",) or r[4].startswith("skipped") for r in rows) else 1
+    return 0 if all(r[5] == "ok" or r[5].startswith("skipped") for r in rows) else 1
 
 
 if __name__ == "__main__":

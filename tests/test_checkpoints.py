@@ -32,9 +32,16 @@ def test_last_complete_checkpoint_sets_cut_off_ones_aside(tmp_path):
     fake_checkpoint(tmp_path / "checkpoint-2")
     checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))  # killed mid-save
     fake_checkpoint(tmp_path / "checkpoint-10", complete=False)  # stock Trainer, cut off early
-    with pytest.warns(UserWarning, match="cut off while being written"):
+    with pytest.warns(UserWarning, match="cut off while being written.*resuming from checkpoint-2$") as caught:
         assert checkpoints.last_complete_checkpoint(tmp_path) == str(tmp_path / "checkpoint-2")
     assert (tmp_path / "incomplete-checkpoint-4").is_dir() and (tmp_path / "incomplete-checkpoint-10").is_dir()
+    assert all(str(w.message).endswith("resuming from checkpoint-2") for w in caught if "checkpoint" in str(w.message))
+
+
+def test_when_no_good_checkpoint_is_left_the_warning_says_so(tmp_path):
+    checkpoints.begin(fake_checkpoint(tmp_path / "checkpoint-4"))
+    with pytest.warns(UserWarning, match="moved to incomplete-checkpoint-4, no good checkpoint is left to resume from"):
+        assert checkpoints.last_complete_checkpoint(tmp_path) is None
 
 
 def test_stock_checkpoints_without_markers_are_complete_when_their_state_parses(tmp_path):
@@ -135,7 +142,8 @@ def test_a_damaged_checkpoint_is_skipped_with_one_warning_naming_the_file(tmp_pa
     damage, name = DAMAGES[case]
     with pytest.warns(UserWarning, match=f"checkpoint-6.*{name}") as caught:
         steps, losses, full = resume(tmp_path, finished_run, damage)
-    assert len([w for w in caught if "checkpoint-6" in str(w.message)]) == 1
+    (said,) = [str(w.message) for w in caught if "checkpoint-6" in str(w.message)]
+    assert said.endswith("resuming from checkpoint-4"), said
     assert steps[0] == 5, "resume falls back to checkpoint-4"
     assert all(losses[s] == pytest.approx(full[s], rel=1e-6) for s in (5, 6)), (losses, full)
     assert (tmp_path / "turbo" / "damaged-checkpoint-6").is_dir()

@@ -17,8 +17,8 @@ On resume (`resume_checkpoint`), every candidate is checked (`problem`), newest 
   bits), or `trainer_state.json` unreadable: damaged. Renamed to `damaged-checkpoint-N`.
 
 Set-aside folders are kept for inspection (a second one for the same step gets `-2`, `-3`, ...) and are
-invisible to Trainer's resume and rotation; one warning names the folder and the bad file, and the
-newest good checkpoint is used. An explicit `resume_from_checkpoint="path"` that is missing, cut off
+invisible to Trainer's resume and rotation; one warning names the folder, the bad file and the
+checkpoint the run resumes from instead: the newest good one. An explicit `resume_from_checkpoint="path"` that is missing, cut off
 or damaged is refused with the reason. Checkpoints written by stock Trainer (no manifest) count as
 good when their `trainer_state.json` parses, as stock Trainer assumes; one without `optimizer.pt` or
 `scheduler.pt` still resumes, with a warning that the optimizer or schedule starts fresh.
@@ -102,14 +102,20 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
     found = sorted(
         (int(m.group(1)), p) for p in output_dir.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))
     )
+    set_aside = []  # (path, reason, the folder it was moved to): said once the checkpoint resumed from is known
+    good = None
     for _, path in reversed(found):
         reason = problem(path)
         if reason is None:
-            return str(path)
+            good = path
+            break
         aside = _free_name(path, "incomplete-" if CUT_OFF in reason else "damaged-")
         path.rename(aside)
-        warn_once(f"turbotrain: {path}: {reason}; moved to {aside.name}, resuming from the previous good checkpoint")
-    return None
+        set_aside.append((path, reason, aside))
+    then = f"resuming from {good.name}" if good is not None else "no good checkpoint is left to resume from"
+    for path, reason, aside in set_aside:
+        warn_once(f"turbotrain: {path}: {reason}; moved to {aside.name}, {then}")
+    return str(good) if good is not None else None
 
 
 def resume_checkpoint(resume_from_checkpoint, output_dir: str | Path):

@@ -1,5 +1,6 @@
-"""`turbotrain` command line: `pretrain` (the main job), `bench` (side-by-side measurement) and `export`
-(a trained model directory -> verified ONNX for deployment)."""
+"""`turbotrain` command line: `run` (an unmodified Trainer script with turbotrain: launch/), `pretrain`
+(the main job), `bench` (side-by-side measurement) and `export` (a trained model directory -> verified
+ONNX for deployment)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import argparse
 import sys
 
 from turbotrain.backends import valid_choices
+from turbotrain.utils.warnings import quiet_cpu_pin_memory
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, defaults) -> None:
@@ -246,6 +248,11 @@ def _run_unet_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _run_parser(sub) -> None:
+    # parsed by turbotrain.launch (its options come from TurboOptions; the script's own arguments follow)
+    sub.add_parser("run", add_help=False, help="run an unmodified Trainer script with turbotrain: run script.py [args]")
+
+
 COMMANDS = {
     "pretrain": _run_pretrain,
     "bench": _run_bench,
@@ -258,8 +265,15 @@ COMMANDS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["run"]:
+        from turbotrain.launch import main as run_main
+
+        return run_main(argv[1:])
+    quiet_cpu_pin_memory()
     parser = argparse.ArgumentParser(prog="turbotrain", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
     _pretrain_parser(sub)
     _bench_parser(sub)
     _export_parser(sub)

@@ -8,15 +8,20 @@ this model). The passes and their labels are the registry's (passes/registry.py)
 
     turbotrain: backend auto: eager (...); passes: label_sparsity, embedding_grad; optim adamw_torch_fused;
     not active: padding_free (refused for this model: see the log above)
+
+The same line goes to the trackers Trainer reports to (`report_to`) as run config (trackers.py), and
+`MADE` keeps one `TrainerRecord` per turbotrain Trainer made in this process (`turbotrain run`'s last line).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
 from turbotrain.passes import registry
+from turbotrain.trackers import report_summary
 
 logger = logging.getLogger("turbotrain")
 
@@ -55,12 +60,28 @@ def not_active(
     return reasons
 
 
+@dataclass
+class TrainerRecord:
+    """One turbotrain Trainer this process made: its class name and the summary of its last `train()`."""
+
+    name: str
+    summary: str | None = None
+
+
+MADE: list[TrainerRecord] = []
+
+
 class SummaryCallback(TrainerCallback):
-    """Logs the trainer's summary line once per `train()` call, after every callback has planned."""
+    """Logs the trainer's summary line once per `train()` call, after every callback has planned, and
+    hands it to the trackers (their own callbacks come first, so they are set up by then)."""
 
     def __init__(self, trainer):
         self.trainer = trainer
+        self.record = TrainerRecord(type(trainer).__name__)
+        MADE.append(self.record)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self.record.summary = self.trainer.turbo_summary()
         if args.process_index == 0:
-            logger.warning(self.trainer.turbo_summary())
+            logger.warning(self.record.summary)
+            report_summary(self.trainer, self.record.summary)

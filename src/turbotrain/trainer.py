@@ -13,7 +13,9 @@ which forwards them to the public `turbo_*` methods here:
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
-  requested pass is not (summary.py); an fp32 run on a CPU gets one more line on bf16 (bf16_hint.py).
+  requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
+  fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
+  notice is silenced (utils/warnings.py).
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer, and on an
   accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
@@ -63,7 +65,7 @@ from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.passes.registry import trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
-from turbotrain.utils.warnings import log_once
+from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
 
@@ -95,6 +97,7 @@ class TurboMixin(TrainerBoundary):
             self.add_callback(callback)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
+        quiet_cpu_pin_memory()
 
     def turbo_summary(self) -> str:
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""

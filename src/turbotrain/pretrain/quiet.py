@@ -9,9 +9,10 @@ pin_memory off). Kept: Trainer's progress bar and its loss logs, and every other
 from __future__ import annotations
 
 import logging
-import warnings
 
 from transformers.utils import logging as hf_logging
+
+from turbotrain.utils.warnings import quiet_cpu_pin_memory
 
 
 def _not_accelerator_probe(record: logging.LogRecord) -> bool:
@@ -21,4 +22,4 @@ def _not_accelerator_probe(record: logging.LogRecord) -> bool:
 def quiet_libraries() -> None:
     logging.getLogger("DeepSpeed").addFilter(_not_accelerator_probe)
     hf_logging.disable_progress_bar()  # save_pretrained's shard bar; Trainer's own bar uses tqdm directly
-    warnings.filterwarnings("ignore", message=".*'pin_memory' argument is set as true.*", category=UserWarning)
+    quiet_cpu_pin_memory()

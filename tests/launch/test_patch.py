@@ -1,0 +1,117 @@
+"""The names zero-edit mode swaps: Transformers' and TRL's classes -> turbotrain's, and back."""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import subprocess
+import sys
+
+import pytest
+from transformers import HfArgumentParser, Seq2SeqTrainer, Trainer, TrainingArguments
+
+from turbotrain import TurboSeq2SeqTrainer, TurboSeq2SeqTrainingArguments, TurboTrainer, TurboTrainingArguments
+from turbotrain.launch.patch import install
+from turbotrain.trainer import TurboMixin
+from turbotrain.utils.imports import is_trl_available
+
+
+@pytest.fixture
+def patched(request):
+    patch = install(getattr(request, "param", None))
+    yield patch
+    patch.undo()
+
+
+class _Current:
+    """`transformers` as a script's `import transformers` gets it now (Transformers may re-make the module)."""
+
+    def __getattr__(self, name):
+        return getattr(sys.modules["transformers"], name)
+
+
+transformers = _Current()
+
+
+def test_a_plain_import_patches_nothing():
+    code = (
+        "import sys, turbotrain, turbotrain.launch, transformers; "
+        "assert 'turbotrain.launch.patch' not in sys.modules; "
+        "t = transformers.__dict__.get('Trainer'); assert t is None or t.__module__ == 'transformers.trainer'"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_transformers_names_become_turbotrain_s_and_come_back(patched):
+    assert transformers.Trainer is TurboTrainer and transformers.TrainingArguments is TurboTrainingArguments
+    assert transformers.Seq2SeqTrainer is TurboSeq2SeqTrainer
+    assert transformers.Seq2SeqTrainingArguments is TurboSeq2SeqTrainingArguments
+    from transformers import Trainer as imported  # what a script's import gets (the lazy module's attribute)
+
+    import_name = "transformers"
+    assert importlib.import_module(import_name).Trainer is TurboTrainer
+
+    assert imported is TurboTrainer and issubclass(imported, Trainer)
+    assert importlib.import_module("transformers.trainer").Trainer is Trainer, (
+        "the defining module keeps the stock class (pickle looks there)"
+    )
+    patched.undo()
+    assert transformers.Trainer is Trainer and transformers.Seq2SeqTrainer is Seq2SeqTrainer
+
+
+def test_a_script_s_subclass_is_a_turbotrain_trainer_and_still_a_trainer(patched):
+    class MyTrainer(transformers.Trainer):
+        pass
+
+    assert issubclass(MyTrainer, TurboMixin) and issubclass(MyTrainer, Trainer)
+
+
+@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+def test_trl_names_become_turbotrain_s_and_trl_keeps_its_own_classes(patched):
+    import trl
+    import trl.trainer
+    from trl.trainer.sft_config import SFTConfig
+    from trl.trainer.sft_trainer import SFTTrainer
+
+    from turbotrain import TurboSFTConfig, TurboSFTTrainer
+
+    assert trl.SFTTrainer is TurboSFTTrainer and trl.trainer.SFTTrainer is TurboSFTTrainer
+    assert trl.SFTConfig is TurboSFTConfig and issubclass(TurboSFTConfig, SFTConfig)
+    assert Trainer in SFTTrainer.__mro__ and TurboMixin not in SFTTrainer.__mro__, "TRL was imported before the patch"
+    assert "turbo_padding_free" in {f.name for f in __import__("dataclasses").fields(trl.SFTConfig)}
+    assert issubclass(trl.DPOTrainer, TurboMixin) and issubclass(trl.DPOConfig, trl.trainer.dpo_config.DPOConfig)
+
+
+@pytest.mark.parametrize("patched", [{"backend": "eager", "padding_free": False}], indirect=True)
+def test_run_options_are_the_defaults_and_what_the_script_sets_wins(patched, tmp_path):
+    args = transformers.TrainingArguments(output_dir=str(tmp_path))
+    assert (args.backend, args.padding_free, args.label_sparsity) == ("eager", False, True)
+    assert transformers.TrainingArguments(output_dir=str(tmp_path), backend="auto").backend == "auto"
+    parser = HfArgumentParser(transformers.TrainingArguments)
+    (parsed,) = parser.parse_args_into_dataclasses(["--output_dir", str(tmp_path), "--padding_free", "True"])
+    assert (parsed.backend, parsed.padding_free) == ("eager", True)
+    assert isinstance(parsed, TurboTrainingArguments) and isinstance(parsed, TrainingArguments)
+
+
+@pytest.mark.parametrize("patched", [{"backend": "eager", "backend_options": None}], indirect=True)
+def test_arguments_with_run_defaults_pickle_as_their_turbotrain_class(patched, tmp_path):
+    import torch
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path))
+    torch.save(args, tmp_path / "training_args.bin")  # what Trainer does at every checkpoint
+    loaded = torch.load(tmp_path / "training_args.bin", weights_only=False)
+    assert type(loaded) is TurboTrainingArguments and loaded.backend == "eager"
+    assert type(pickle.loads(pickle.dumps(args))) is TurboTrainingArguments
+
+
+@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+@pytest.mark.parametrize("patched", [{"padding_free": False}], indirect=True)
+def test_trl_config_with_run_defaults_keeps_trl_s_padding_free_and_pickles(patched, tmp_path):
+    import trl
+
+    from turbotrain import TurboSFTConfig
+
+    config = trl.SFTConfig(output_dir=str(tmp_path), bf16=False)
+    assert config.turbo_padding_free is False and config.padding_free is False  # turbotrain's option, TRL's own
+    assert type(pickle.loads(pickle.dumps(config))) is TurboSFTConfig
