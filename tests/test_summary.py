@@ -86,3 +86,12 @@ def test_a_classifier_does_not_list_label_sparsity_as_refused(tmp_path):
     trainer = turbo_trainer("roberta", tmp_path, model=make("roberta", task="cls"), max_steps=1)
     assert trainer.turbo_report.label_sparsity is None
     assert "label_sparsity" not in trainer.turbo_summary()
+
+
+def test_passes_a_model_has_nothing_for_are_named_with_what_it_lacks():
+    from turbotrain.args import TurboOptions
+
+    options = TurboOptions()
+    lacks = {"padding_free": "Wav2Vec2ForCTC takes input_values, not token ids"}
+    reasons = not_active(options, options, [], {}, [], lacks)
+    assert reasons == {"padding_free": "does not apply: Wav2Vec2ForCTC takes input_values, not token ids"}

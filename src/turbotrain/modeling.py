@@ -226,14 +226,17 @@ def draws_at_random(model: nn.Module, length: int = 6) -> bool | None:
     are left as they were (forked). None if the base model cannot run this way."""
     inner = unwrap(model)
     base = getattr(inner, "base_model", inner)
+    vocab, embedding = vocab_size(model), module_or_none(base, "get_input_embeddings")
+    if vocab is None or embedding is None:
+        return None
     device = next(inner.parameters()).device
-    ids = (torch.arange(4, 4 + length) % vocab_size(model))[None].to(device)
+    ids = (torch.arange(4, 4 + length) % vocab)[None].to(device)
     recorder = _RandomOpRecorder()
     try:
         with training_mode(inner, True), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             with recorder:
                 with torch.no_grad():
-                    embeds = base.get_input_embeddings()(ids)
+                    embeds = embedding(ids)
                 embeds.requires_grad_()
                 output = base(inputs_embeds=embeds, attention_mask=torch.ones_like(ids))[0]
                 torch.autograd.grad(output.float().square().mean(), embeds)
@@ -251,6 +254,8 @@ def attends_ahead(model: nn.Module, length: int = 6) -> bool | None:
     """Whether the base model's first output position changes when only the last token does (one tiny
     forward, [1, length] ids); None if the base model cannot be run on `input_ids`."""
     vocab = vocab_size(model)
+    if vocab is None:
+        return None
     ids = torch.arange(4, 4 + length).repeat(2, 1) % vocab  # [2, T]: the second row's last token differs
     ids[1, -1] = (ids[0, -1] + 1) % vocab
     outputs = _base_outputs(model, ids, torch.ones(length, dtype=torch.long))
@@ -261,6 +266,8 @@ def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) 
     """Whether the base model's outputs at real tokens change with the ids at positions the attention mask
     hides (ConvBERT's span convolutions mix neighbouring tokens outside attention); None if it cannot run."""
     vocab = vocab_size(model)
+    if vocab is None:
+        return None
     ids = torch.arange(4, 4 + length + padding).repeat(2, 1) % vocab  # [2, T]: other ids under the mask
     ids[1, length:] = (ids[0, length:] + 7) % vocab
     mask = (torch.arange(length + padding) < length).long()
@@ -272,15 +279,29 @@ def position_offset(model: nn.Module) -> int:
     """RoBERTa-style embeddings count positions from padding_idx + 1; others from 0."""
     inner = unwrap(model)
     embeddings = getattr(getattr(inner, "base_model", inner), "embeddings", None)
-    if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
-        return int(embeddings.padding_idx) + 1
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if hasattr(embeddings, "create_position_ids_from_input_ids") and isinstance(padding_idx, int):
+        return padding_idx + 1
     return 0
+
+
+def module_or_none(model: nn.Module, accessor: str) -> nn.Module | None:
+    """What `model.<accessor>()` returns (`get_input_embeddings`, `get_output_embeddings`), or None where the
+    model has none: no such method, the method raises (Transformers' `NotImplementedError` for speech and
+    vision models, an `AttributeError` of a custom layout), or it returns something other than a module."""
+    method = getattr(model, accessor, None)
+    if not callable(method):
+        return None
+    try:
+        found = method()
+    except (NotImplementedError, AttributeError):
+        return None
+    return found if isinstance(found, nn.Module) else None
 
 
 def output_projection(model: nn.Module) -> nn.Module | None:
     """The module that makes the logits (`get_output_embeddings()`; a PEFT `modules_to_save` wrapper as is)."""
-    get_output = getattr(unwrap(model), "get_output_embeddings", None)
-    return get_output() if callable(get_output) else None
+    return module_or_none(unwrap(model), "get_output_embeddings")
 
 
 def _active_copy(module: nn.Module) -> nn.Module:
@@ -303,10 +324,24 @@ def output_linear(projection: nn.Module | None) -> nn.Linear | None:
 
 
 def input_embedding(model: nn.Module) -> nn.Module | None:
-    """The input embedding that runs (through a `modules_to_save` wrapper), or None."""
-    get_input = getattr(unwrap(model), "get_input_embeddings", None)
-    embedding = get_input() if callable(get_input) else None
+    """The input embedding that runs (through a `modules_to_save` wrapper), or None (a model without one)."""
+    embedding = module_or_none(unwrap(model), "get_input_embeddings")
     return _active_copy(embedding) if embedding is not None else None
+
+
+def without_token_input(model: nn.Module) -> str | None:
+    """Why `model` takes no token ids through an input embedding table, or None where it does.
+
+    Speech and vision models take other inputs (`main_input_name`: `input_values`, `input_features`,
+    `pixel_values`); a model of two towers (CLIP) has no one input embedding. Passes that rewrite token
+    batches (padding-free) or the token embedding (its gradient buffer) do not apply to them."""
+    inner = unwrap(model)
+    main = getattr(inner, "main_input_name", "input_ids")
+    if main != "input_ids":
+        return f"{type(inner).__name__} takes {main}, not token ids"
+    if vocab_size(model) is None:
+        return f"{type(inner).__name__} has no input embedding table"
+    return None
 
 
 def final_logit_softcapping(model: nn.Module) -> float | None:
@@ -317,22 +352,24 @@ def final_logit_softcapping(model: nn.Module) -> float | None:
     return float(cap) if cap else None
 
 
-def vocab_size(model: nn.Module) -> int:
-    """Rows of the input embedding table (what token ids must stay below)."""
-    return unwrap(model).get_input_embeddings().num_embeddings
+def vocab_size(model: nn.Module) -> int | None:
+    """Rows of the input embedding table (what token ids must stay below), or None for a model without one."""
+    rows = getattr(input_embedding(model), "num_embeddings", None)
+    return rows if isinstance(rows, int) else None
 
 
 def pad_token_id(model: nn.Module) -> int:
-    pad = getattr(unwrap(model).config, "pad_token_id", None)
-    return int(pad) if pad is not None else 0
+    pad = getattr(getattr(unwrap(model), "config", None), "pad_token_id", None)
+    return pad if isinstance(pad, int) else 0
 
 
 def num_classes(model: nn.Module) -> int:
     """How many values a label may take: the vocabulary for language models, `num_labels` for classifiers."""
     if task_of(model) in (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION):
         return max(int(getattr(unwrap(model).config, "num_labels", 2)), 1)
-    head = unwrap(model).get_output_embeddings()
-    return getattr(head, "out_features", None) or vocab_size(model)
+    head = output_projection(model)
+    out_features = getattr(head, "out_features", None)
+    return out_features if isinstance(out_features, int) else vocab_size(model) or 1
 
 
 def repeated_blocks(model: nn.Module) -> list[nn.Module]:
@@ -363,7 +400,8 @@ def synthetic_batch(
     """
     generator = torch.Generator().manual_seed(seed)
     rows, length = len(lengths), max(lengths)
-    input_ids = torch.randint(first_id, max(vocab_size(model), first_id + 1), (rows, length), generator=generator)
+    vocab = vocab_size(model) or num_classes(model)  # a speech encoder-decoder's labels are its decoder's ids
+    input_ids = torch.randint(first_id, max(vocab, first_id + 1), (rows, length), generator=generator)
     attention_mask = (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).long()
     input_ids[attention_mask == 0] = pad_token_id(model)
     task = task_of(model)

@@ -87,7 +87,8 @@ class TurboMixin(TrainerBoundary):
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
-        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
+        lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}
+        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped, lacks)
         chunked = self.turbo_report.chunked_ce if self.turbo_report is not None else None
         if chunked is not None and chunked.mode == "auto":  # installed, but used only on large calls
             applied = [f"{name} ({chunked.auto_rule})" if name == "chunked_ce" else name for name in applied]

@@ -58,6 +58,7 @@ from turbotrain.modeling import (
     is_causal_lm,
     is_language_model,
     is_seq2seq_lm,
+    module_or_none,
     synthetic_batch,
 )
 from turbotrain.passes import fused_head_calls
@@ -88,8 +89,7 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     model or contains dropout (a smaller input would change dropout's random draws); then the output
     embeddings themselves are the gather point (DistilBERT's `vocab_projector`, GPT-2's `lm_head`).
     """
-    get_output = getattr(model, "get_output_embeddings", None)
-    output = get_output() if callable(get_output) else None
+    output = module_or_none(model, "get_output_embeddings")
     if output is None:
         return None
     name = next((n for n, m in model.named_modules() if m is output), None)

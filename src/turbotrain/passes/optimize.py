@@ -11,12 +11,13 @@ from dataclasses import dataclass, field
 
 from torch import nn
 
-from turbotrain.modeling import is_language_model
+from turbotrain.modeling import input_embedding, is_language_model, without_token_input
 from turbotrain.passes.chunked_ce import ChunkedHead, apply_chunked_ce
 from turbotrain.passes.embedding_grad import BufferedEmbeddingGrad, apply_embedding_grad
 from turbotrain.passes.fused_activation import FusedActivation, apply_fused_activation, has_tanh_gelu
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 from turbotrain.passes.padding_free import PaddingFree, apply_padding_free
+from turbotrain.utils.warnings import log_once
 
 REPORT_ATTRIBUTE = "_turbotrain_report"
 
@@ -32,6 +33,7 @@ class OptimizeReport:
     embedding_grad: BufferedEmbeddingGrad | None = None
     fused_activation: FusedActivation | None = None
     skipped: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # pass name -> what the model lacks for it
 
     @property
     def applied(self) -> list[str]:
@@ -43,6 +45,7 @@ class OptimizeReport:
             getattr(self, name).remove()
             setattr(self, name, None)
         self.skipped.clear()
+        self.not_applicable.clear()
 
     def collator(self, inner):
         """`inner` wrapped so its padded batches come out packed (unchanged if padding-free is off)."""
@@ -81,11 +84,16 @@ def optimize(
         if report.label_sparsity is None and is_language_model(model):  # a classifier: nothing to refuse
             report.skipped.append("label_sparsity")
         report.chunked_ce = apply_chunked_ce(model, report.label_sparsity, chunked_cross_entropy, check=self_check)
-    if padding_free:
+    no_tokens = without_token_input(model)
+    if padding_free and no_tokens:
+        _does_not_apply(report, "padding_free", no_tokens)
+    elif padding_free:
         report.padding_free = apply_padding_free(model, check=self_check, with_dropout=padding_free_with_dropout)
         if report.padding_free is None:
             report.skipped.append("padding_free")
-    if embedding_grad:
+    if embedding_grad and input_embedding(model) is None:
+        _does_not_apply(report, "embedding_grad", f"{report.model_name} has no input embedding")
+    elif embedding_grad:
         report.embedding_grad = apply_embedding_grad(model)
     if fused_activation:
         report.fused_activation = apply_fused_activation(model)
@@ -93,3 +101,9 @@ def optimize(
             report.skipped.append("fused_activation")
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report
+
+
+def _does_not_apply(report: OptimizeReport, name: str, why: str) -> None:
+    """A pass the model has nothing for (no token ids, no embedding table): one INFO line, no warning."""
+    report.not_applicable[name] = why
+    log_once(f"turbotrain: {name} does not apply: {why}")
