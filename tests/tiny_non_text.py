@@ -87,6 +87,11 @@ MODELS = {
 }
 
 
+def _between(low: int, high: int, generator: torch.Generator) -> int:
+    """An int in [low, high) from `generator` (never the global random stream)."""
+    return int(torch.randint(low, high, (), generator=generator))
+
+
 def make(name: str, seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     return MODELS[name]()
@@ -98,9 +103,9 @@ def examples(name: str, count: int = 12, seed: int = 0) -> list[dict]:
     rows = []
     for _ in range(count):
         if name.startswith(("wav2vec2", "hubert")):
-            row = {"input_values": torch.randn(int(torch.randint(400, 801, ())), generator=generator)}
+            row = {"input_values": torch.randn(_between(400, 801, generator), generator=generator)}
             row["labels"] = (
-                torch.randint(1, CHARACTERS, (int(torch.randint(2, 8, ())),), generator=generator)
+                torch.randint(1, CHARACTERS, (_between(2, 8, generator),), generator=generator)
                 if name.endswith("ctc")
                 else torch.randint(0, NUM_LABELS, (), generator=generator)
             )
@@ -111,7 +116,7 @@ def examples(name: str, count: int = 12, seed: int = 0) -> list[dict]:
             elif name == "segformer-semantic-seg":
                 row["labels"] = torch.randint(0, NUM_LABELS, (IMAGE, IMAGE), generator=generator)
             else:  # CLIP: a caption, no labels
-                row["input_ids"] = torch.randint(1, 99, (int(torch.randint(3, 10, ())),), generator=generator)
+                row["input_ids"] = torch.randint(1, 99, (_between(3, 10, generator),), generator=generator)
         rows.append(row)
     return rows
 

@@ -31,8 +31,8 @@ is taught here once.
 * `synthetic_batch(model, ...)`: a small deterministic batch (private RNG, training RNG untouched) of
   uneven, right-padded rows with labels that fit the task: token ids for language models, class ids
   below `num_labels` for token and sequence classification. A speech model (`main_input_name` is
-  `input_features`: Whisper) gets random log-mel features of the length its encoder requires instead of
-  `input_ids`. The self-checks of the passes and the
+  `input_features`: Whisper, Speech2Text) gets random log-mel features in the layout its encoder requires
+  instead of `input_ids` (`speech_features`). The self-checks of the passes and the
   exporter's sample inputs come from here.
 """
 
@@ -424,9 +424,18 @@ def synthetic_batch(
 
 
 def speech_features(model: nn.Module, rows: int, generator: torch.Generator) -> torch.Tensor:
-    """Random log-mel features [B, mel bins, frames] of the length a Whisper-style encoder requires
-    (two convolution frames per encoder position)."""
+    """Random log-mel features: [B, mel bins, 2 x max_source_positions] for a Whisper-style encoder (two
+    convolution frames per encoder position, the length it requires), else [B, 32 frames, features per frame]
+    (Speech2Text's `input_feat_per_channel` x `input_channels`, Wav2Vec2-BERT's and SeamlessM4T's
+    `feature_projection_input_dim`); a layout this cannot tell raises ValueError (the self-check refuses)."""
     config = unwrap(model).config
-    frames = 2 * int(config.max_source_positions)
     dtype = next(model.parameters()).dtype
-    return torch.randn(rows, int(config.num_mel_bins), frames, generator=generator).to(dtype)
+    mel_bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    if isinstance(mel_bins, int) and isinstance(positions, int):
+        return torch.randn(rows, mel_bins, 2 * positions, generator=generator).to(dtype)
+    per_channel = getattr(config, "input_feat_per_channel", None)
+    per_frame = per_channel * getattr(config, "input_channels", 1) if isinstance(per_channel, int) else None
+    per_frame = per_frame or getattr(config, "feature_projection_input_dim", None)
+    if not isinstance(per_frame, int):
+        raise ValueError(f"no known input_features layout for {type(unwrap(model)).__name__}")
+    return torch.randn(rows, 32, per_frame, generator=generator).to(dtype)

@@ -46,7 +46,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_batch, compare_losses
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -257,7 +257,9 @@ def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
 
 
 def self_check(model: nn.Module, label_sparsity, installed: ChunkedHead) -> str | None:
-    batch = modeling.synthetic_batch(model, [9, 7], seed=4321, ignore_every=3)
+    batch, problem = check_batch(model, [9, 7], seed=4321, ignore_every=3)
+    if problem is not None:
+        return problem
     mode, installed.mode = installed.mode, "always"
 
     def chunked():

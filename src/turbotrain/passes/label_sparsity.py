@@ -59,11 +59,10 @@ from turbotrain.modeling import (
     is_language_model,
     is_seq2seq_lm,
     module_or_none,
-    synthetic_batch,
 )
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.self_check import compare_losses
+from turbotrain.passes.self_check import check_batch, compare_losses
 from turbotrain.utils.warnings import warn_once
 
 
@@ -242,7 +241,9 @@ class LabelSparsity(HookedPass):
 
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
-    batch = synthetic_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
+    batch, problem = check_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
+    if problem is not None:
+        return problem
 
     def sparse():
         with installed.forced():
