@@ -1,14 +1,17 @@
 """Tiny models of any Transformers family, built generically from its config, and one stock-vs-turbo comparison.
 
-Used by `scripts/architecture_sweep.py` (every text family in the task mappings) and
+Used by `scripts/architecture_sweep.py` (every family of every task mapping), `scripts/all_mappings.py` and
 `tests/test_architectures.py` (a representative few). Nothing is downloaded: each model is built from
-`AutoConfig.for_model(model_type)` with the usual size attributes shrunk (hidden 32, 2 layers, 4 heads,
-2 kv heads, head_dim 8, FFN 64, vocabulary 1,000, 128 positions, 4 experts) and every dropout set to 0.
+`AutoConfig.for_model(model_type)` shrunk by `scripts/tiny_configs.py` (hidden 32, 2 layers, 4 heads,
+2 kv heads, head_dim 8, FFN 64, vocabulary 1,000, 128 positions, 4 experts, 32 x 32 images) with every
+dropout set to 0. Text tasks get padded token batches (below); media tasks (images, video, audio, CLIP-style
+pairs, detection targets) get `scripts/task_inputs.py`'s examples and collator.
 
-`compare(model_type, task, steps)` trains the same weights on the same padded, variable-length batches
-with stock `Trainer` and with `TurboTrainer` (eager backend, `TurboTrainingArguments` defaults) and
-returns per-step losses, the largest first-step gradient difference and the largest final-parameter
-difference, each relative to the tensor's largest stock value.
+`compare(model_type, task, steps)` trains the same weights on the same batches with stock `Trainer` and with
+`TurboTrainer` (eager backend, `TurboTrainingArguments` defaults) and returns per-step losses, the largest
+first-step gradient difference and the largest final-parameter difference, each relative to the tensor's
+largest stock value. A media family whose clamped config cannot run stock is tried once more with its sizes
+halved instead (`tiny_configs.tiny_config(halve=True)`).
 """
 
 from __future__ import annotations
@@ -66,7 +69,12 @@ def build(model_type: str, task: str, seed: int = 0, halve: bool = False) -> tor
 
 
 def build_class(
-    model_class: type, model_type: str, seed: int = 0, num_labels: int | None = None, halve: bool = False
+    model_class: type,
+    model_type: str,
+    seed: int = 0,
+    num_labels: int | None = None,
+    halve: bool = False,
+    max_parameters: int = MAX_PARAMETERS,
 ) -> torch.nn.Module:
     """`model_class` on the tiny config of `model_type` (sizes clamped; if that cannot build, or `halve`, halved)."""
     for halving in (False, True) if not halve else (True,):
@@ -81,7 +89,7 @@ def build_class(
             if halving:
                 raise Skip(f"tiny build failed: {type(error).__name__}: {str(error)[:80]}") from error
     size = sum(p.numel() for p in model.parameters())
-    if size > MAX_PARAMETERS:
+    if size > max_parameters:
         raise Skip(f"not tiny ({size / 1e6:.0f}M parameters)")
     return model
 

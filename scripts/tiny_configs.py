@@ -37,6 +37,7 @@ FFN_NAMES = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim
 MOE_FFN_NAMES = ("ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size")
 SIZES = (  # (value, attribute names): an int attribute larger than value is set to value
     (HIDDEN, ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "d_embed")),
+    (HIDDEN, ("encoder_hidden_size", "vision_hidden_size", "text_hidden_size")),  # one tower's width in another
     (LAYERS, (*LAYER_NAMES, "num_decoder_layers")),
     (HEADS, ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads")),
     (KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),

@@ -71,3 +71,38 @@ def test_synthetic_batch_of_a_model_without_embeddings_still_fits_its_labels():
     batch = modeling.synthetic_batch(model, [3, 5], seed=0)
     assert batch["labels"].shape == (2,) and int(batch["labels"].max()) < model.config.num_labels
     assert torch.equal(batch["attention_mask"].sum(1), torch.tensor([3, 5]))
+
+
+def test_speech2text_gets_features_in_its_layout_and_label_sparsity_checks_on_them():
+    from transformers import Speech2TextConfig, Speech2TextForConditionalGeneration
+
+    from turbotrain import optimize
+
+    config = Speech2TextConfig(
+        vocab_size=50, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, conv_channels=16,
+        input_feat_per_channel=12, max_source_positions=64, max_target_positions=64, dropout=0.0,
+    )  # fmt: skip
+    model = Speech2TextForConditionalGeneration(config)
+    batch = modeling.synthetic_batch(model, [5, 3], seed=0)
+    assert batch["input_features"].shape == (2, 32, 12)  # [B, frames, features]: it used to ask for num_mel_bins
+    assert optimize(model).label_sparsity is not None  # its self-check raised AttributeError at construction
+
+
+def test_a_feature_layout_it_cannot_tell_fails_the_self_check_instead_of_raising():
+    from transformers import PretrainedConfig
+
+    from turbotrain.passes.self_check import check_batch
+
+    class Features(nn.Module):
+        main_input_name = "input_features"
+
+        def __init__(self):
+            super().__init__()
+            self.config, self.embed = PretrainedConfig(), nn.Embedding(10, 4)
+
+        def get_input_embeddings(self):
+            return self.embed
+
+    batch, problem = check_batch(Features(), [3, 2], seed=0)
+    assert batch is None and "no known input_features layout for Features" in problem
