@@ -18,7 +18,11 @@ is taught here once.
   shifted right after the decoder start token, -100 read as padding); a pass that hands the model
   other labels must build them first, the model's own way (`hf_boundary.decoder_input_ids_from_labels`).
 * `output_projection`, `output_linear`, `input_embedding`: the head and the input embedding that run,
-  through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
+  through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy), or None where the model
+  has none (`module_or_none`: speech and vision models raise `NotImplementedError` from
+  `get_input_embeddings()`); `without_token_input(model)`: why a model takes no token ids through an input
+  embedding table (`input_values`, `pixel_values`, CLIP's two towers), or None; every question below answers
+  "none" (None, 0) for such a model, never raises;
   `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
 * `attends_ahead(model)`, `reads_masked_positions(model)`: what one tiny no-grad forward of the base model
   shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
