@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     todo = pairs(args.tasks, args.types)
+    from turbotrain.bf16_hint import measured_bf16_speedup
+
+    measured_bf16_speedup()  # the bf16 hint's matmul timing, once here: every forked child inherits it
     header = [
         "| model type | task | status | loss diff | grad diff | param diff | passes applied | worst tensor / detail |",
         "|---|---|---|---|---|---|---|---|",

@@ -55,6 +55,7 @@ class Outcome:
 
 def class_for(model_type: str, task: str) -> type | None:
     name = getattr(modeling_auto, TASK_MAPPINGS[task]).get(model_type)
+    name = name[0] if isinstance(name, (tuple, list)) else name  # DeiT: (the classifier, its with-teacher twin)
     return getattr(transformers, name, None) if name else None
 
 
