@@ -1,14 +1,18 @@
-"""Stock `Trainer` against `TurboTrainer` on every text family of Transformers' task mappings.
+"""Stock `Trainer` against `TurboTrainer` on every family of Transformers' task mappings: text and media.
 
-    PYTHONPATH=src nice -n 19 python scripts/architecture_sweep.py [--tasks causal-lm masked-lm ...]
+    PYTHONPATH=src nice -n 19 python scripts/architecture_sweep.py [--tasks causal-lm ctc image-cls ...]
         [--types llama bert ...] [--steps 3] [--budget 120] [--total 3600] [--out sweep.md]
 
-For each (model type, task) of `scripts/architectures.TASK_MAPPINGS` a tiny model is built from its config
-(`scripts/architectures.py`) and trained N steps by both trainers from the same weights on the same
-padded, variable-length batches. Each model runs in a forked child with its own time budget, so a hang or
-a crash takes only that row. Status: `same` (every step's loss and the first step's gradients within 1e-5
-relative, the final parameters within 1e-2: see PARAM_TOLERANCE), `DIFFERENT`, `turbo crashed`, `stock crashed`, `skipped: reason`,
-`timeout`. One progress line per model on stderr; the markdown table on stdout (and `--out`).
+For each (model type, task) of `scripts/architectures.TASK_MAPPINGS` (text: causal-lm, masked-lm, seq-cls,
+token-cls, qa, seq2seq-lm; media, `scripts/task_inputs.py`: image-cls, semantic-seg, object-detection,
+contrastive, masked-image, video-cls, ctc, audio-cls, audio-frame-cls, speech-seq2seq, vision-to-text) a tiny
+model is built from its config (`scripts/tiny_configs.py`) and trained N steps by both trainers from the same
+weights on the same batches (padded, variable-length text and audio). Each model runs in a forked child with
+its own time budget, so a hang or a crash takes only that row. Status: `same` (every step's loss and the first
+step's gradients within 1e-5 relative, the final parameters within 1e-2: see PARAM_TOLERANCE), `DIFFERENT`,
+`turbo crashed`, `stock crashed`, `skipped: reason`, `timeout`; the passes applied name what turbotrain did
+(none: every pass stepped aside). One progress line per model on stderr; the markdown table on stdout (and
+`--out`).
 """
 
 from __future__ import annotations
@@ -109,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     todo = pairs(args.tasks, args.types)
+    from turbotrain.bf16_hint import measured_bf16_speedup
+
+    measured_bf16_speedup()  # the bf16 hint's matmul timing, once here: every forked child inherits it
     header = [
         "| model type | task | status | loss diff | grad diff | param diff | passes applied | worst tensor / detail |",
         "|---|---|---|---|---|---|---|---|",

@@ -1,19 +1,17 @@
 """Tiny models of any Transformers family, built generically from its config, and one stock-vs-turbo comparison.
 
-Used by `scripts/architecture_sweep.py` (every text family in the task mappings) and
+Used by `scripts/architecture_sweep.py` (every family of every task mapping), `scripts/all_mappings.py` and
 `tests/test_architectures.py` (a representative few). Nothing is downloaded: each model is built from
-`AutoConfig.for_model(model_type)` with the usual size attributes shrunk (hidden 32, 2 layers, 4 heads,
-2 kv heads, head_dim 8, FFN 64, vocabulary 1,000, 128 positions, 4 experts) and every dropout set to 0.
-Every window and chunk option is set below the examples' lengths (3..24 tokens: sliding windows 4,
-ModernBERT's local band 8, chunks 8, local windows 4), and a config whose `layer_types` mix kinds keeps
-one layer of each of its first two kinds, so that the paths where layers differ run (a tiny config whose
-windows outlast every sequence hid padding-free's sliding-window bug). Qwen2/Qwen3-style configs turn
-their sliding window on (`use_sliding_window`, one full layer first).
+`AutoConfig.for_model(model_type)` shrunk by `scripts/tiny_configs.py` (hidden 32, 2 layers, 4 heads,
+2 kv heads, head_dim 8, FFN 64, vocabulary 1,000, 128 positions, 4 experts, 32 x 32 images) with every
+dropout set to 0, every window and chunk option below the text examples' lengths. Text tasks get padded token batches (below); media tasks (images, video, audio, CLIP-style
+pairs, detection targets) get `scripts/task_inputs.py`'s examples and collator.
 
-`compare(model_type, task, steps)` trains the same weights on the same padded, variable-length batches
-with stock `Trainer` and with `TurboTrainer` (eager backend, `TurboTrainingArguments` defaults) and
-returns per-step losses, the largest first-step gradient difference and the largest final-parameter
-difference, each relative to the tensor's largest stock value.
+`compare(model_type, task, steps)` trains the same weights on the same batches with stock `Trainer` and with
+`TurboTrainer` (eager backend, `TurboTrainingArguments` defaults) and returns per-step losses, the largest
+first-step gradient difference and the largest final-parameter difference, each relative to the tensor's
+largest stock value. A media family whose clamped config cannot run stock is tried once more with its sizes
+halved instead (`tiny_configs.tiny_config(halve=True)`).
 """
 
 from __future__ import annotations
@@ -24,10 +22,13 @@ from dataclasses import dataclass, field
 
 import torch
 import transformers
-from transformers import AutoConfig, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
+from scripts.tiny_configs import NUM_LABELS, VOCAB, Skip, tiny_config
+from transformers import PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 from transformers.models.auto import modeling_auto
 
-TASK_MAPPINGS = {
+from scripts import task_inputs
+
+TEXT_TASKS = {
     "causal-lm": "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES",
     "masked-lm": "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
     "seq-cls": "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
@@ -35,30 +36,8 @@ TASK_MAPPINGS = {
     "qa": "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
     "seq2seq-lm": "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES",
 }
-VOCAB = 1000
-NUM_LABELS = 3
-HIDDEN, LAYERS, HEADS, KV_HEADS, HEAD_DIM, FFN, POSITIONS = 32, 2, 4, 2, 8, 64, 128
+TASK_MAPPINGS = {**TEXT_TASKS, **task_inputs.MEDIA_TASKS}
 MAX_PARAMETERS = 5_000_000  # a "tiny" model above this kept a size attribute this generic shrink does not know
-
-LAYER_NAMES = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers")
-FFN_NAMES = ("intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "d_ff", "n_inner")
-MOE_FFN_NAMES = ("ffn_hidden_size", "moe_intermediate_size", "shared_expert_intermediate_size")
-SIZES = (  # (value, attribute names): an int attribute larger than value is set to value
-    (HIDDEN, ("hidden_size", "d_model", "n_embd", "embed_dim", "dim", "embedding_size", "d_embed")),
-    (LAYERS, (*LAYER_NAMES, "num_decoder_layers")),
-    (HEADS, ("num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads")),
-    (KV_HEADS, ("num_key_value_heads", "num_kv_heads", "n_kv_heads", "multi_query_group_num")),
-    (HEAD_DIM, ("head_dim", "d_kv", "kv_channels", "qk_rope_head_dim", "v_head_dim", "qk_nope_head_dim", "rotary_dim")),
-    (FFN, (*FFN_NAMES, *MOE_FFN_NAMES, "expert_intermediate_size")),
-    (POSITIONS, ("max_position_embeddings", "n_positions", "max_positions", "n_ctx", "max_seq_len")),
-    (VOCAB, ("vocab_size",)),
-    (4, ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")),
-    (2, ("num_experts_per_tok", "num_selected_experts", "moe_topk", "top_k")),
-)
-# window and chunk options, each set to this size where the default is larger (all below the 3..24-token examples)
-WINDOWS = (("local_attention", 8), ("sliding_window", 4), ("attention_chunk_size", 8), ("window_size", 4))
-SLIDING_ON = dict(use_sliding_window=True, max_window_layers=1)  # Qwen2-style configs: windows off by default
-NON_TEXT_INPUTS = ("pixel_values", "input_features", "input_values", "bbox", "image", "audio")
 
 
 @dataclass
@@ -74,89 +53,52 @@ class Outcome:
     worst: str = ""
 
 
-class Skip(Exception):
-    """The model cannot be built tiny, or needs inputs other than text."""
-
-
 def class_for(model_type: str, task: str) -> type | None:
     name = getattr(modeling_auto, TASK_MAPPINGS[task]).get(model_type)
+    name = name[0] if isinstance(name, (tuple, list)) else name  # DeiT: (the classifier, its with-teacher twin)
     return getattr(transformers, name, None) if name else None
 
 
-def _shrink(config) -> None:
-    for value, names in SIZES:
-        for name in names:
-            current = getattr(config, name, None)
-            if isinstance(current, int) and not isinstance(current, bool) and current > value:
-                setattr(config, name, value)
-    for name, current in list(vars(config).items()):
-        if isinstance(current, float) and ("dropout" in name or "pdrop" in name or name.endswith("_drop")):
-            setattr(config, name, 0.0)
-        if name == "layer_types" and isinstance(current, list):
-            setattr(config, name, _layer_types(current, getattr(config, "num_hidden_layers", LAYERS)))
-    for name, size in WINDOWS:
-        current = getattr(config, name, None)
-        if isinstance(current, int) and not isinstance(current, bool) and current > size:
-            setattr(config, name, size)
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id", "sep_token_id"):
-        current = getattr(config, name, None)
-        if isinstance(current, int) and current >= VOCAB:
-            setattr(config, name, 1)
-    if getattr(config, "pad_token_id", 0) is None:
-        config.pad_token_id = 0
-    if getattr(config, "is_encoder_decoder", False) and getattr(config, "decoder_start_token_id", None) is None:
-        config.decoder_start_token_id = config.pad_token_id
-
-
-def _layer_types(kinds: list, layers: int) -> list:
-    """`layers` layer kinds: the first `layers` kinds, or one of each of the first distinct kinds if they mix."""
-    distinct = list(dict.fromkeys(kinds))
-    return distinct[:layers] + kinds[len(distinct[:layers]) : layers] if len(distinct) > 1 else kinds[:layers]
-
-
-def tiny_config(model_type: str):
-    """The family's default config, shrunk (its `text_config` too); raises Skip if it cannot be built."""
-    try:
-        config = AutoConfig.for_model(model_type)
-        if hasattr(config, "use_sliding_window"):
-            config = AutoConfig.for_model(model_type, **SLIDING_ON)
-    except Exception as error:
-        raise Skip(f"no config: {type(error).__name__}") from error
-    try:
-        _shrink(config)
-        text = getattr(config, "text_config", None)
-        if text is not None and text is not config:
-            _shrink(text)
-    except Exception as error:  # a per-layer (heterogeneous) config refuses global size attributes
-        raise Skip(f"shrink failed: {type(error).__name__}") from error
-    config.num_labels = NUM_LABELS
-    config.classifier_dropout = 0.0  # heads that default to 0.1 when the config has none (GPT-2's, Llama's)
-    return config
-
-
-def build(model_type: str, task: str, seed: int = 0) -> torch.nn.Module:
+def build(model_type: str, task: str, seed: int = 0, halve: bool = False) -> torch.nn.Module:
     model_class = class_for(model_type, task)
     if model_class is None:
         raise Skip("class not in transformers")
     main_input = getattr(model_class, "main_input_name", "input_ids")
-    if main_input != "input_ids":
+    if main_input != "input_ids" and task in TEXT_TASKS:
         raise Skip(f"needs {main_input}")
-    config = tiny_config(model_type)
-    if task == "qa":
-        config.num_labels = 2  # start and end logits
-    torch.manual_seed(seed)
-    try:
-        model = model_class(config)
-    except Exception as error:
-        raise Skip(f"tiny build failed: {type(error).__name__}: {str(error)[:80]}") from error
+    return build_class(model_class, model_type, seed, num_labels=2 if task == "qa" else None, halve=halve)
+
+
+def build_class(
+    model_class: type,
+    model_type: str,
+    seed: int = 0,
+    num_labels: int | None = None,
+    halve: bool = False,
+    max_parameters: int = MAX_PARAMETERS,
+) -> torch.nn.Module:
+    """`model_class` on the tiny config of `model_type` (sizes clamped; if that cannot build, or `halve`, halved)."""
+    for halving in (False, True) if not halve else (True,):
+        config = tiny_config(model_type, halve=halving)
+        if num_labels is not None:
+            config.num_labels = num_labels  # QA: start and end logits
+        torch.manual_seed(seed)
+        try:
+            model = model_class(config)
+            break
+        except Exception as error:
+            if halving:
+                raise Skip(f"tiny build failed: {type(error).__name__}: {str(error)[:80]}") from error
     size = sum(p.numel() for p in model.parameters())
-    if size > MAX_PARAMETERS:
+    if size > max_parameters:
         raise Skip(f"not tiny ({size / 1e6:.0f}M parameters)")
     return model
 
 
 def examples(model: torch.nn.Module, task: str, count: int = 12, seed: int = 0) -> list[dict]:
-    """Variable-length examples (lengths 3..24) with labels fitting `task`."""
+    """Variable-length examples (lengths 3..24) with labels fitting `task` (media tasks: task_inputs.py)."""
+    if task in task_inputs.MEDIA_TASKS:
+        return task_inputs.examples(model, task, count, seed)
     generator = torch.Generator().manual_seed(seed)
     vocab = min(VOCAB, model.get_input_embeddings().num_embeddings)
     rows = []
@@ -239,12 +181,13 @@ def _train(trainer_class, args_class, model, task: str, steps: int, output_dir: 
         **extra,
     )
     pad = getattr(model.config, "pad_token_id", None)
+    pad = pad if isinstance(pad, int) else 0
     recorder = _Recorder()
     trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=examples(model, task),
-        data_collator=PadCollator(pad if isinstance(pad, int) else 0),
+        data_collator=task_inputs.MediaCollator(pad) if task in task_inputs.MEDIA_TASKS else PadCollator(pad),
         callbacks=[recorder],
     )
     trainer.remove_callback(PrinterCallback)
@@ -277,10 +220,23 @@ def _relative(a: dict, b: dict) -> tuple[float, str]:
 
 def compare(model_type: str, task: str, steps: int = 3) -> Outcome:
     """Stock Trainer and TurboTrainer from the same weights on the same batches. Raises Skip, or the crash
-    (wrapped as StockCrash for the stock trainer)."""
+    (wrapped as StockCrash for the stock trainer). A media family whose clamped config builds but cannot run
+    stock (Swin's 3 heads on a width of 32) is tried again with its sizes halved (tiny_configs.py)."""
+    try:
+        return _compare(model_type, task, steps, halve=False)
+    except StockCrash as crash:
+        if task not in task_inputs.MEDIA_TASKS:
+            raise
+        try:
+            return _compare(model_type, task, steps, halve=True)
+        except (Skip, StockCrash):
+            raise crash from None
+
+
+def _compare(model_type: str, task: str, steps: int, halve: bool) -> Outcome:
     from turbotrain import TurboTrainer, TurboTrainingArguments
 
-    model = build(model_type, task)
+    model = build(model_type, task, halve=halve)
     turbo_model = copy.deepcopy(model)
     outcome = Outcome()
     with tempfile.TemporaryDirectory() as tmp:

@@ -22,6 +22,12 @@ not installed, a shim folder put on PYTHONPATH for both runs gives `evaluate.loa
 with the keys the scripts read and `nltk.sent_tokenize` a plain sentence split. Both runs get the same
 stand-ins, so metrics still compare; their values are not the real metrics'.
 
+Images and audio (`media_examples`): `run_image_classification.py` on an image folder of random-pixel PNGs
+(a tiny ViT), `run_audio_classification.py` and `run_speech_recognition_ctc.py` on audio folders of espeak-ng
+speech (a tiny Wav2Vec2). Each is skipped, naming the module, where what it needs is not importable:
+torchvision (the image script's transforms) or torchcodec (datasets 5 decodes audio with it; it needs
+FFmpeg's shared libraries).
+
 A dev tool, not a test: each script's run takes 10-60 s on a 2-core CPU (all of them: ~10 min).
 """
 
@@ -63,6 +69,7 @@ class Example:
     eval: bool = True
     extra_files: list[str] = field(default_factory=list)  # siblings the script imports
     resume: bool = False  # swapped: train 10 steps saving at 5, then resume from checkpoint-5 in a new process
+    requires: tuple[str, ...] = ()  # modules the script or its data loading needs beyond the dev extra
 
 
 def examples(w: Path) -> list[Example]:
@@ -223,6 +230,7 @@ def examples(w: Path) -> list[Example]:
                 *text,
             ],
         ),
+        *media_examples(w),
         Example(
             "sft",
             "sft.py",
@@ -240,6 +248,40 @@ def examples(w: Path) -> list[Example]:
             ],
             trl=True,
             eval=False,
+        ),
+    ]
+
+
+def media_examples(w: Path) -> list[Example]:
+    """Image classification on an image folder of random-pixel PNGs (a tiny ViT), audio classification and CTC
+    speech recognition on audio folders of espeak-ng speech (a tiny Wav2Vec2; the CTC script builds its own
+    character vocabulary). torchvision: the image script's transforms; torchcodec: how datasets 5 decodes
+    audio (it needs FFmpeg's libraries)."""
+    d, m = w / "data", w / "models"
+    return [
+        Example(
+            "run_image_classification",
+            "image-classification/run_image_classification.py",
+            ["--model_name_or_path", str(m / "vit"), "--train_dir", str(d / "images" / "train")]
+            + ["--validation_dir", str(d / "images" / "validation"), "--remove_unused_columns", "False"]
+            + ["--do_train", "--do_eval"],
+            requires=("torchvision",),
+        ),
+        Example(
+            "run_audio_classification",
+            "audio-classification/run_audio_classification.py",
+            ["--model_name_or_path", str(m / "wav2vec2"), "--dataset_name", str(d / "audio_cls")]
+            + ["--audio_column_name", "audio", "--label_column_name", "label", "--max_length_seconds", "2"]
+            + ["--remove_unused_columns", "False", "--do_train", "--do_eval"],
+            requires=("torchcodec",),
+        ),
+        Example(
+            "run_speech_recognition_ctc",
+            "speech-recognition/run_speech_recognition_ctc.py",
+            ["--model_name_or_path", str(m / "wav2vec2"), "--dataset_name", str(d / "asr")]
+            + ["--train_split_name", "train", "--eval_split_name", "validation", "--text_column_name", "text"]
+            + ["--audio_column_name", "audio", "--max_duration_in_seconds", "3", "--do_train", "--do_eval"],
+            requires=("torchcodec",),
         ),
     ]
 
@@ -331,6 +373,68 @@ def build_assets(w: Path, dropout: float | None) -> None:
         mt = [{"translation": {"en": p[:200], "de": " ".join(reversed(p[:200].split()))}} for p in rows]
         write_jsonl(d / f"mt_{part}.json", mt)
         write_jsonl(d / "sft" / f"{part}.jsonl", [{"text": p[:400]} for p in rows])
+    build_media_assets(w, paragraphs)
+
+
+def build_media_assets(w: Path, paragraphs: list[str]) -> None:
+    """A tiny ViT and Wav2Vec2 with their processors; an image folder (2 classes of random-pixel 40 x 40 PNGs,
+    32 + 8) and audio folders (espeak-ng sentences as 16 kHz WAV files, 32 + 8, with their text and a label:
+    whether the sentence has a comma) where espeak-ng is installed."""
+    import numpy as np
+    import torch
+    from PIL import Image
+    from transformers import (
+        ViTConfig,
+        ViTForImageClassification,
+        ViTImageProcessor,
+        Wav2Vec2Config,
+        Wav2Vec2FeatureExtractor,
+        Wav2Vec2ForCTC,
+    )
+
+    m, d = w / "models", w / "data"
+    torch.manual_seed(0)
+    vit = ViTConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, image_size=32,
+                    patch_size=8, num_labels=2)  # fmt: skip
+    ViTForImageClassification(vit).save_pretrained(m / "vit")
+    ViTImageProcessor(size={"height": 32, "width": 32}).save_pretrained(m / "vit")
+    speech = Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                            conv_dim=(32, 32, 32), conv_kernel=(10, 3, 3), conv_stride=(5, 4, 4),
+                            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, vocab_size=40,
+                            mask_time_prob=0.0, feat_extract_norm="layer", do_stable_layer_norm=True)  # fmt: skip
+    Wav2Vec2ForCTC(speech).save_pretrained(m / "wav2vec2")
+    Wav2Vec2FeatureExtractor(return_attention_mask=True).save_pretrained(m / "wav2vec2")
+    generator = np.random.default_rng(0)
+    for part, count in (("train", 32), ("validation", 8)):
+        for i in range(count):
+            label = "bright" if i % 2 else "dark"
+            pixels = generator.integers(0, 128, (40, 40, 3)) + (127 if label == "bright" else 0)
+            (d / "images" / part / label).mkdir(parents=True, exist_ok=True)
+            Image.fromarray(pixels.astype("uint8")).save(d / "images" / part / label / f"{i}.png")
+    _write_speech_folders(d, paragraphs)
+
+
+def _write_speech_folders(d: Path, paragraphs: list[str]) -> None:
+    import wave
+
+    from turbotrain.data.speech import corpus_sentences, espeak_available, speak
+
+    if not espeak_available():
+        return
+    sentences = corpus_sentences(paragraphs, 40, max_words=6, seed=0)
+    for folder in ("asr", "audio_cls"):
+        for part, rows in (("train", sentences[:32]), ("validation", sentences[32:])):
+            target = d / folder / part
+            target.mkdir(parents=True, exist_ok=True)
+            with open(target / "metadata.csv", "w", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f)
+                writer.writerow(["file_name", "text", "label"])
+                for i, text in enumerate(rows):
+                    samples = (speak(text) * 32767).astype("int16")
+                    with wave.open(str(target / f"{i}.wav"), "wb") as out:
+                        out.setnchannels(1), out.setsampwidth(2), out.setframerate(16_000)
+                        out.writeframes(samples.tobytes())
+                    writer.writerow([f"{i}.wav", text.lower(), int("," in text)])
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> None:
@@ -517,6 +621,12 @@ def run_one(
     return Run(proc.returncode, seconds, losses, metrics, runtime, "\n".join(log.splitlines()[-25:]), summary)
 
 
+def importable(module: str, env: dict) -> bool:
+    """Whether the scripts' interpreter (same PYTHONPATH) can import `module`."""
+    probe = [sys.executable, "-c", f"import {module}"]
+    return subprocess.run(probe, env=env, capture_output=True).returncode == 0
+
+
 def rel_diff(a: dict, b: dict) -> float:
     keys = sorted(set(a) & set(b))
     if not keys or set(a) != set(b):
@@ -599,6 +709,10 @@ def main(argv: list[str] | None = None) -> int:
         scripts_dir = trl_dir if example.trl else args.examples_dir
         if scripts_dir is None or not (scripts_dir / example.script).exists():
             rows.append((example.name, "-", "-", "-", "-", "skipped: script not found", ""))
+            continue
+        missing = [name for name in example.requires if not importable(name, env)]
+        if missing:
+            rows.append((example.name, "-", "-", "-", "-", f"skipped: needs {', '.join(missing)} (not installed)", ""))
             continue
         runs = {v: run_one(example, prepare(example, scripts_dir, w, v), w, v, env) for v in ("stock", *variants)}
         stock = runs["stock"]

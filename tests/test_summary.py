@@ -103,3 +103,12 @@ def test_a_trainer_with_its_own_loss_says_why_padding_free_steps_aside(tmp_path)
     trainer = turbo(OwnLoss)(model=make("roberta", dropout=False), args=args, train_dataset=dataset())
     assert not trainer.turbo_options.padding_free and trainer.turbo_report.padding_free is None
     assert "padding_free (TurboOwnLoss computes its own loss, which may read rows)" in trainer.turbo_summary()
+
+
+def test_passes_a_model_has_nothing_for_are_named_with_what_it_lacks():
+    from turbotrain.args import TurboOptions
+
+    options = TurboOptions()
+    lacks = {"padding_free": "Wav2Vec2ForCTC takes input_values, not token ids"}
+    reasons = not_active(options, options, [], {}, [], lacks)
+    assert reasons == {"padding_free": "does not apply: Wav2Vec2ForCTC takes input_values, not token ids"}

@@ -18,7 +18,11 @@ is taught here once.
   shifted right after the decoder start token, -100 read as padding); a pass that hands the model
   other labels must build them first, the model's own way (`hf_boundary.decoder_input_ids_from_labels`).
 * `output_projection`, `output_linear`, `input_embedding`: the head and the input embedding that run,
-  through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy);
+  through PEFT's `modules_to_save` wrappers (the active adapter's trainable copy), or None where the model
+  has none (`module_or_none`: speech and vision models raise `NotImplementedError` from
+  `get_input_embeddings()`); `without_token_input(model)`: why a model takes no token ids through an input
+  embedding table (`input_values`, `pixel_values`, CLIP's two towers), or None; every question below answers
+  "none" (None, 0) for such a model, never raises;
   `final_logit_softcapping(model)`: Gemma-2's logit cap, or None.
 * `attends_ahead(model)`, `reads_masked_positions(model)`: what one tiny no-grad forward of the base model
   shows (None where it cannot run on `input_ids`): whether the first position sees the last token (causal
@@ -40,8 +44,8 @@ is taught here once.
 * `synthetic_batch(model, ...)`: a small deterministic batch (private RNG, training RNG untouched) of
   uneven, right-padded rows with labels that fit the task: token ids for language models, class ids
   below `num_labels` for token and sequence classification. A speech model (`main_input_name` is
-  `input_features`: Whisper) gets random log-mel features of the length its encoder requires instead of
-  `input_ids`. The self-checks of the passes and the
+  `input_features`: Whisper, Speech2Text) gets random log-mel features in the layout its encoder requires
+  instead of `input_ids` (`speech_features`). The self-checks of the passes and the
   exporter's sample inputs come from here.
 """
 
@@ -235,14 +239,17 @@ def draws_at_random(model: nn.Module, length: int = 6) -> bool | None:
     are left as they were (forked). None if the base model cannot run this way."""
     inner = unwrap(model)
     base = getattr(inner, "base_model", inner)
+    vocab, embedding = vocab_size(model), module_or_none(base, "get_input_embeddings")
+    if vocab is None or embedding is None:
+        return None
     device = next(inner.parameters()).device
-    ids = (torch.arange(4, 4 + length) % vocab_size(model))[None].to(device)
+    ids = (torch.arange(4, 4 + length) % vocab)[None].to(device)
     recorder = _RandomOpRecorder()
     try:
         with training_mode(inner, True), torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             with recorder:
                 with torch.no_grad():
-                    embeds = base.get_input_embeddings()(ids)
+                    embeds = embedding(ids)
                 embeds.requires_grad_()
                 output = base(inputs_embeds=embeds, attention_mask=torch.ones_like(ids))[0]
                 torch.autograd.grad(output.float().square().mean(), embeds)
@@ -260,6 +267,8 @@ def attends_ahead(model: nn.Module, length: int = 6) -> bool | None:
     """Whether the base model's first output position changes when only the last token does (one tiny
     forward, [1, length] ids); None if the base model cannot be run on `input_ids`."""
     vocab = vocab_size(model)
+    if vocab is None:
+        return None
     ids = torch.arange(4, 4 + length).repeat(2, 1) % vocab  # [2, T]: the second row's last token differs
     ids[1, -1] = (ids[0, -1] + 1) % vocab
     outputs = _base_outputs(model, ids, torch.ones(length, dtype=torch.long))
@@ -270,6 +279,8 @@ def reads_masked_positions(model: nn.Module, length: int = 6, padding: int = 3) 
     """Whether the base model's outputs at real tokens change with the ids at positions the attention mask
     hides (ConvBERT's span convolutions mix neighbouring tokens outside attention); None if it cannot run."""
     vocab = vocab_size(model)
+    if vocab is None:
+        return None
     ids = torch.arange(4, 4 + length + padding).repeat(2, 1) % vocab  # [2, T]: other ids under the mask
     ids[1, length:] = (ids[0, length:] + 7) % vocab
     mask = (torch.arange(length + padding) < length).long()
@@ -281,8 +292,9 @@ def position_offset(model: nn.Module) -> int:
     """RoBERTa-style embeddings count positions from padding_idx + 1; others from 0."""
     inner = unwrap(model)
     embeddings = getattr(getattr(inner, "base_model", inner), "embeddings", None)
-    if embeddings is not None and hasattr(embeddings, "create_position_ids_from_input_ids"):
-        return int(embeddings.padding_idx) + 1
+    padding_idx = getattr(embeddings, "padding_idx", None)
+    if hasattr(embeddings, "create_position_ids_from_input_ids") and isinstance(padding_idx, int):
+        return padding_idx + 1
     return 0
 
 
@@ -352,10 +364,23 @@ def max_positions(model: nn.Module) -> int:
     return int(positions) - position_offset(model)
 
 
+def module_or_none(model: nn.Module, accessor: str) -> nn.Module | None:
+    """What `model.<accessor>()` returns (`get_input_embeddings`, `get_output_embeddings`), or None where the
+    model has none: no such method, the method raises (Transformers' `NotImplementedError` for speech and
+    vision models, an `AttributeError` of a custom layout), or it returns something other than a module."""
+    method = getattr(model, accessor, None)
+    if not callable(method):
+        return None
+    try:
+        found = method()
+    except (NotImplementedError, AttributeError):
+        return None
+    return found if isinstance(found, nn.Module) else None
+
+
 def output_projection(model: nn.Module) -> nn.Module | None:
     """The module that makes the logits (`get_output_embeddings()`; a PEFT `modules_to_save` wrapper as is)."""
-    get_output = getattr(unwrap(model), "get_output_embeddings", None)
-    return get_output() if callable(get_output) else None
+    return module_or_none(unwrap(model), "get_output_embeddings")
 
 
 def _active_copy(module: nn.Module) -> nn.Module:
@@ -378,10 +403,24 @@ def output_linear(projection: nn.Module | None) -> nn.Linear | None:
 
 
 def input_embedding(model: nn.Module) -> nn.Module | None:
-    """The input embedding that runs (through a `modules_to_save` wrapper), or None."""
-    get_input = getattr(unwrap(model), "get_input_embeddings", None)
-    embedding = get_input() if callable(get_input) else None
+    """The input embedding that runs (through a `modules_to_save` wrapper), or None (a model without one)."""
+    embedding = module_or_none(unwrap(model), "get_input_embeddings")
     return _active_copy(embedding) if embedding is not None else None
+
+
+def without_token_input(model: nn.Module) -> str | None:
+    """Why `model` takes no token ids through an input embedding table, or None where it does.
+
+    Speech and vision models take other inputs (`main_input_name`: `input_values`, `input_features`,
+    `pixel_values`); a model of two towers (CLIP) has no one input embedding. Passes that rewrite token
+    batches (padding-free) or the token embedding (its gradient buffer) do not apply to them."""
+    inner = unwrap(model)
+    main = getattr(inner, "main_input_name", "input_ids")
+    if main != "input_ids":
+        return f"{type(inner).__name__} takes {main}, not token ids"
+    if vocab_size(model) is None:
+        return f"{type(inner).__name__} has no input embedding table"
+    return None
 
 
 def final_logit_softcapping(model: nn.Module) -> float | None:
@@ -391,22 +430,24 @@ def final_logit_softcapping(model: nn.Module) -> float | None:
     return float(cap) if cap else None
 
 
-def vocab_size(model: nn.Module) -> int:
-    """Rows of the input embedding table (what token ids must stay below)."""
-    return unwrap(model).get_input_embeddings().num_embeddings
+def vocab_size(model: nn.Module) -> int | None:
+    """Rows of the input embedding table (what token ids must stay below), or None for a model without one."""
+    rows = getattr(input_embedding(model), "num_embeddings", None)
+    return rows if isinstance(rows, int) else None
 
 
 def pad_token_id(model: nn.Module) -> int:
-    pad = getattr(unwrap(model).config, "pad_token_id", None)
-    return int(pad) if pad is not None else 0
+    pad = getattr(getattr(unwrap(model), "config", None), "pad_token_id", None)
+    return pad if isinstance(pad, int) else 0
 
 
 def num_classes(model: nn.Module) -> int:
     """How many values a label may take: the vocabulary for language models, `num_labels` for classifiers."""
     if task_of(model) in (SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION):
         return max(int(getattr(unwrap(model).config, "num_labels", 2)), 1)
-    head = unwrap(model).get_output_embeddings()
-    return getattr(head, "out_features", None) or vocab_size(model)
+    head = output_projection(model)
+    out_features = getattr(head, "out_features", None)
+    return out_features if isinstance(out_features, int) else vocab_size(model) or 1
 
 
 def repeated_blocks(model: nn.Module) -> list[nn.Module]:
@@ -437,7 +478,8 @@ def synthetic_batch(
     """
     generator = torch.Generator().manual_seed(seed)
     rows, length = len(lengths), max(lengths)
-    input_ids = torch.randint(first_id, max(vocab_size(model), first_id + 1), (rows, length), generator=generator)
+    vocab = vocab_size(model) or num_classes(model)  # a speech encoder-decoder's labels are its decoder's ids
+    input_ids = torch.randint(first_id, max(vocab, first_id + 1), (rows, length), generator=generator)
     attention_mask = (torch.arange(length)[None, :] < torch.tensor(lengths)[:, None]).long()
     input_ids[attention_mask == 0] = pad_token_id(model)
     task = task_of(model)
@@ -460,9 +502,18 @@ def synthetic_batch(
 
 
 def speech_features(model: nn.Module, rows: int, generator: torch.Generator) -> torch.Tensor:
-    """Random log-mel features [B, mel bins, frames] of the length a Whisper-style encoder requires
-    (two convolution frames per encoder position)."""
+    """Random log-mel features: [B, mel bins, 2 x max_source_positions] for a Whisper-style encoder (two
+    convolution frames per encoder position, the length it requires), else [B, 32 frames, features per frame]
+    (Speech2Text's `input_feat_per_channel` x `input_channels`, Wav2Vec2-BERT's and SeamlessM4T's
+    `feature_projection_input_dim`); a layout this cannot tell raises ValueError (the self-check refuses)."""
     config = unwrap(model).config
-    frames = 2 * int(config.max_source_positions)
     dtype = next(model.parameters()).dtype
-    return torch.randn(rows, int(config.num_mel_bins), frames, generator=generator).to(dtype)
+    mel_bins, positions = getattr(config, "num_mel_bins", None), getattr(config, "max_source_positions", None)
+    if isinstance(mel_bins, int) and isinstance(positions, int):
+        return torch.randn(rows, mel_bins, 2 * positions, generator=generator).to(dtype)
+    per_channel = getattr(config, "input_feat_per_channel", None)
+    per_frame = per_channel * getattr(config, "input_channels", 1) if isinstance(per_channel, int) else None
+    per_frame = per_frame or getattr(config, "feature_projection_input_dim", None)
+    if not isinstance(per_frame, int):
+        raise ValueError(f"no known input_features layout for {type(unwrap(model)).__name__}")
+    return torch.randn(rows, 32, per_frame, generator=generator).to(dtype)

@@ -41,11 +41,18 @@ def active_labels(report) -> list[str]:
 
 
 def not_active(
-    requested, effective, applied: list[str], refused: dict[str, str], skipped: list[str] = ()
+    requested,
+    effective,
+    applied: list[str],
+    refused: dict[str, str],
+    skipped: list[str] = (),
+    not_applicable: dict[str, str] | None = None,
 ) -> dict[str, str]:
-    """Every requested pass that is not running, with why: option off, a backend or trainer refusal, or the
-    pass's own (`skipped`: its install refused the model, with a warning). A pass with nothing to do for
-    this model (no tanh GELU to fuse, a classifier for label sparsity) is not listed."""
+    """Every requested pass that is not running, with why: option off, a backend or trainer refusal, the
+    pass's own (`skipped`: its install refused the model, with a warning), or what the model lacks for it
+    (`not_applicable`: no token ids for padding-free, no embedding table for its gradient buffer). A pass
+    with nothing to do for a model that has what it needs (no tanh GELU to fuse, a classifier for label
+    sparsity) is not listed."""
     reasons = {}
     for spec in registry.model_passes():
         name = spec.name
@@ -57,6 +64,8 @@ def not_active(
             reasons[name] = refused[name]
         elif getattr(effective, name) != spec.off and name in skipped:
             reasons[name] = "refused for this model: see the log above"
+        elif getattr(effective, name) != spec.off and name in (not_applicable or {}):
+            reasons[name] = f"does not apply: {not_applicable[name]}"
     return reasons
 
 

@@ -103,7 +103,8 @@ class TurboMixin(TrainerBoundary):
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
-        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped)
+        lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}
+        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped, lacks)
         return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
 
     def get_optimizer_cls_and_kwargs(self, args, model=None):

@@ -53,7 +53,7 @@ from torch import nn
 from turbotrain import modeling
 from turbotrain.passes import chunked_ce_cuda, fused_head_calls
 from turbotrain.passes.registry import PassSpec, register_pass
-from turbotrain.passes.self_check import check_under_run_precision
+from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -300,7 +300,9 @@ def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
 def self_check(model: nn.Module, label_sparsity) -> str | None:
     """Stock vs chunked loss on a small batch, through `label_sparsity` (a LabelSparsity whose chunked head
     takes every call); a description of the mismatch, or None."""
-    batch = modeling.synthetic_batch(model, [9, 7], seed=4321, ignore_every=3)
+    batch, problem = check_batch(model, [9, 7], seed=4321, ignore_every=3)
+    if problem is not None:
+        return problem
 
     def chunked():
         with label_sparsity.forced():

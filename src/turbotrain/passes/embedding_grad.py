@@ -166,5 +166,8 @@ register_pass(
         install=lambda model, setup: apply_embedding_grad(model),
         refused_for=lambda model: False,
         refused_by_trainer=trainer_refusal,
+        not_applicable=lambda model: (
+            None if modeling.input_embedding(model) is not None else f"{type(model).__name__} has no input embedding"
+        ),
     )
 )

@@ -63,13 +63,13 @@ from turbotrain.modeling import (
     is_causal_lm,
     is_language_model,
     is_seq2seq_lm,
-    synthetic_batch,
+    module_or_none,
 )
 from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
 from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.registry import PassSpec, Setup, register_pass
-from turbotrain.passes.self_check import check_under_run_precision
+from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
 
@@ -95,8 +95,7 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     model or contains dropout (a smaller input would change dropout's random draws); then the output
     embeddings themselves are the gather point (DistilBERT's `vocab_projector`, GPT-2's `lm_head`).
     """
-    get_output = getattr(model, "get_output_embeddings", None)
-    output = get_output() if callable(get_output) else None
+    output = module_or_none(model, "get_output_embeddings")
     if output is None:
         return None
     name = next((n for n, m in model.named_modules() if m is output), None)
@@ -275,7 +274,9 @@ def _trial_sparsity(model: nn.Module, head: HeadLocation, chunked_head: ChunkedH
 
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
-    batch = synthetic_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
+    batch, problem = check_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
+    if problem is not None:
+        return problem
 
     def sparse():
         with installed.forced():

@@ -14,6 +14,7 @@ from typing import Any
 from torch import nn
 
 from turbotrain.passes import registry
+from turbotrain.utils.warnings import log_once
 
 REPORT_ATTRIBUTE = "_turbotrain_report"
 
@@ -27,6 +28,7 @@ class OptimizeReport:
     model_name: str
     installed: dict[str, Any] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
+    not_applicable: dict[str, str] = field(default_factory=dict)  # pass name -> what the model lacks for it
 
     def __getattr__(self, name: str):
         if name in registry.pass_names():
@@ -42,6 +44,7 @@ class OptimizeReport:
             installed.remove()
         self.installed.clear()
         self.skipped.clear()
+        self.not_applicable.clear()
 
     def collator(self, inner):
         """`inner` wrapped so its padded batches come out packed (unchanged if padding-free is off)."""
@@ -70,6 +73,10 @@ def optimize(model: nn.Module, *, self_check: bool = True, fused_head_calls: boo
     for spec in registry.model_passes():
         if values[spec.name] == spec.off:
             continue
+        why = spec.not_applicable(model) if spec.not_applicable is not None else None
+        if why is not None:
+            _does_not_apply(report, spec.name, why)
+            continue
         setup = registry.Setup(values, self_check, fused_head_calls, dict(report.installed))
         installed = spec.install(model, setup)
         if installed is not None:
@@ -78,3 +85,9 @@ def optimize(model: nn.Module, *, self_check: bool = True, fused_head_calls: boo
             report.skipped.append(spec.name)
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report
+
+
+def _does_not_apply(report: OptimizeReport, name: str, why: str) -> None:
+    """A pass the model has nothing for (no token ids, no embedding table): one INFO line, no warning."""
+    report.not_applicable[name] = why
+    log_once(f"turbotrain: {name} does not apply: {why}")

@@ -403,5 +403,6 @@ register_pass(
             ),
         ),
         refused_by_trainer=loss_reads_rows,
+        not_applicable=modeling.without_token_input,
     )
 )

@@ -74,7 +74,9 @@ class PassSpec:
     why this trainer's loss cannot use the pass (logged by the pass), or None. `label(installed)`: its
     name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
     summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
-    calls). `more_options`: options that tune the pass (`padding_free_with_dropout`)."""
+    calls). `more_options`: options that tune the pass (`padding_free_with_dropout`). `not_applicable(model)`:
+    what the model lacks for the pass (no token ids, no embedding table), said at INFO instead of installing
+    (the summary lists it as not active with that reason), or None."""
 
     name: str
     help: str
@@ -86,6 +88,7 @@ class PassSpec:
     more_options: tuple[Option, ...] = ()
     refused_by_trainer: Callable[[Any], str | None] | None = None
     refused_for: Callable[[Any], bool] = _refused
+    not_applicable: Callable[[Any], str | None] | None = None  # what the model lacks for it (no token ids)
     label: Callable[[Any], str] | None = None
     listed_when_inactive: bool = True
 

@@ -4,6 +4,8 @@
 in eval mode without gradients, restores the training mode, and returns None when the losses agree
 (1e-4 relative in fp32, 2e-2 otherwise) or a one-line description of what went wrong. It never
 raises: a pass that fails its check is left out with a warning, training goes on.
+`check_batch(model, lengths, ...)` is `modeling.synthetic_batch`, or None with the reason where the model's
+inputs cannot be synthesised (a speech encoder's feature layout this cannot tell): the check then fails.
 """
 
 from __future__ import annotations
@@ -16,7 +18,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from turbotrain import modeling
 from turbotrain.utils.mode import training_mode
+
+
+def check_batch(model: nn.Module, lengths: list[int], **kwargs) -> tuple[dict | None, str | None]:
+    """(`modeling.synthetic_batch(model, lengths, **kwargs)`, None), or (None, why it cannot be made)."""
+    try:
+        return modeling.synthetic_batch(model, lengths, **kwargs), None
+    except Exception as error:  # the check must never take training down with it
+        return None, f"no synthetic batch to check it on ({type(error).__name__}: {error})"
 
 
 def compare_losses(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
