@@ -84,7 +84,7 @@ class TrlTokenCount:
     Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
 
     def compute_loss(self, model, inputs, *args, **kwargs):
-        from turbotrain.passes.packing import REAL_TOKENS  # here: the boundary imports nothing of turbotrain's
+        from turbotrain.batch_keys import REAL_TOKENS
 
         mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
         result = super().compute_loss(model, inputs, *args, **kwargs)

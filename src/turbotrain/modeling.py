@@ -44,9 +44,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.auto import modeling_auto
 
 from turbotrain import hf_boundary
+from turbotrain.batch_keys import IGNORE_INDEX  # the label Transformers' losses skip (named here for every pass)
 from turbotrain.utils.mode import training_mode
-
-IGNORE_INDEX = -100  # the label Transformers' losses skip
 
 MASKED_LM = "masked-lm"
 CAUSAL_LM = "causal-lm"

@@ -34,13 +34,14 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.modeling import IGNORE_INDEX
+from turbotrain.batch_keys import (
+    IGNORE_INDEX,
+    PADDED_LABELS,
+    PRIVATE_KEYS,  # noqa: F401  (named here for padding_free.py)
+    REAL_TOKENS,
+    SEQUENCE_STARTS,
+)
 from turbotrain.utils.warnings import warn_once
-
-SEQUENCE_STARTS = "turbotrain_sequence_starts"
-PADDED_LABELS = "turbotrain_padded_labels"
-REAL_TOKENS = "turbotrain_real_tokens"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS)
 
 
 @dataclass(frozen=True)
