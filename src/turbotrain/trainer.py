@@ -15,7 +15,7 @@ which forwards them to the public `turbo_*` methods here:
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer; evaluation and
   prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
-* `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
+* `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
   carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
 * `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
@@ -46,13 +46,13 @@ from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
-from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.summary import SummaryCallback, not_active, summary_line
+from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.utils.warnings import log_once, warn_once
 
 logger = logging.getLogger("turbotrain")
