@@ -7,9 +7,9 @@ import torch
 
 from tests.bench.tiny import tiny_workload
 from tests.tiny_models import VOCAB, make
-from turbotrain.bench.flops import ModelFlops, StepWork, batch_work, mfu, step_flops
-from turbotrain.bench.peak import matmul_peak
 from turbotrain.bench.workload import Workload
+from turbotrain.measure.flops import ModelFlops, StepWork, batch_work, mfu, step_flops
+from turbotrain.measure.peak import matmul_peak
 
 
 def test_gpt2_sizes_leave_out_embeddings_and_count_the_tied_head_once():

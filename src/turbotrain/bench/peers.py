@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import copy
 import tempfile
-import time
 from collections.abc import Callable
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.args import TurboTrainingArguments
-from turbotrain.bench.flops import StepWork, batch_work
 from turbotrain.bench.workload import Workload
 from turbotrain.data import MaskedLMData
+from turbotrain.measure.flops import StepWork, batch_work
+from turbotrain.measure.timing import StepClock
 from turbotrain.trainer import TurboTrainer
 
 
@@ -57,26 +57,6 @@ class CountingCollator:
             }
         )
         return batch
-
-
-class StepClock(TrainerCallback):
-    """Wall time of every optimizer step, data loading and collation included (end to end)."""
-
-    def __init__(self):
-        self.ends: list[float] = []
-        self.start = 0.0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.ends.append(time.perf_counter())
-
-    def step_seconds(self) -> list[float]:
-        marks = [self.start, *self.ends]
-        return [b - a for a, b in zip(marks, marks[1:])]
 
 
 def segment_arguments(output_dir: str, batch_size: int, steps: int, seed: int) -> dict:

@@ -24,13 +24,13 @@ import torch
 from rich.console import Console
 from rich.progress import Progress
 
-from turbotrain.bench.flops import ModelFlops, StepWork, step_flops
-from turbotrain.bench.memory import PeakMemory
-from turbotrain.bench.peak import matmul_peak
 from turbotrain.bench.peers import CountingCollator, build_trainer, timed_train
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import Workload
 from turbotrain.data.variable import length_histogram
+from turbotrain.measure.flops import ModelFlops, StepWork, step_flops
+from turbotrain.measure.memory import PeakMemory
+from turbotrain.measure.peak import matmul_peak
 
 
 @dataclass

@@ -41,10 +41,10 @@ from transformers import (
 
 from turbotrain.args import turbo_arguments
 from turbotrain.bench.head_share import measure_head_share
-from turbotrain.bench.memory import PeakMemory
 from turbotrain.bench.peers import peer_backend, segment_arguments, timed_train
 from turbotrain.bench.report import environment
 from turbotrain.data import stdlib_corpus, train_tokenizer
+from turbotrain.measure.memory import PeakMemory
 from turbotrain.trainer import turbo
 
 WORKLOADS = {"asr": 51865, "bart": 50265}  # name -> vocabulary size

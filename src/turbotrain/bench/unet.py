@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from turbotrain.bench.memory import PeakMemory
 from turbotrain.bench.report import environment
 from turbotrain.compiled_step import backend_of, compile
+from turbotrain.measure.memory import PeakMemory
 
 
 @dataclass
