@@ -28,7 +28,7 @@ for them (one warning) instead of changing the numbers. Padding-free packing cha
 it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). TRL's `fused_lm_head` calls are
 answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
-and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
+and TRL trainers get their `num_tokens` metric counted on real tokens (`integrations/trl.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
@@ -46,8 +46,8 @@ from turbotrain import checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
-from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
-from turbotrain.passes import fused_head_calls
+from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
+from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, sums_log_probs, sums_tokens
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -109,7 +109,7 @@ class TurboMixin(TrainerBoundary):
         """Packing changes the rows of a batch: only for losses that are a sum over tokens (Trainer's, SFT's)."""
         if not self.turbo_options.padding_free:
             return False
-        if type(self).compute_loss is Trainer.compute_loss or fused_head_calls.sums_tokens(self):
+        if type(self).compute_loss is Trainer.compute_loss or sums_tokens(self):
             return True
         logger.info(
             "turbotrain: padding-free steps aside: %s computes its own loss, which may read rows (e.g. "
@@ -129,7 +129,7 @@ class TurboMixin(TrainerBoundary):
             fused_activation=self.turbo_options.fused_activation,
         )
         if self.turbo_report.chunked_ce is not None:
-            self.turbo_report.chunked_ce.compose_fused_calls = fused_head_calls.sums_log_probs(self)
+            self.turbo_report.chunked_ce.compose_fused_calls = sums_log_probs(self)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
