@@ -80,11 +80,11 @@ def ort_config(options: OrtOptions, device: torch.device):
 
 def ort_compiler(config):
     """A Dynamo backend: AOTAutograd graphs (core ATen, math attention) -> ONNX Runtime sessions."""
-    from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from turbotrain.backends.ort_graph import OrtGraph
     from turbotrain.export.conv_backward import training_decompositions
+    from turbotrain.torch_boundary import aot_autograd
 
     decompositions = training_decompositions()  # core ATen; convolution backward: conv_backward.py
     decompositions.pop(torch.ops.aten.native_dropout.default, None)  # drawn by torch, see ort_graph.py
