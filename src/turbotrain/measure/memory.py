@@ -6,7 +6,9 @@
 * CPU (Linux): the process's peak resident set (VmHWM) after resetting it through /proc/self/clear_refs,
   so each interleaved segment gets its own peak; `current_mb` is the resident set now (VmRSS). It
   includes the interpreter and libraries (~0.5-1 GB), the same for every peer, so differences between
-  peers are what the step itself needs.
+  peers are what the step itself needs. `release_freed()` first hands the memory earlier segments freed
+  back to the system (glibc's `malloc_trim`): else the allocator keeps it resident and reuses it, and a
+  segment's growth would miss what it reused.
 
 `MemorySplit`: a segment's peak less what the process held when the segment began (`growth_mb`), split
 into what a training step must hold, each read from the run itself:
@@ -14,7 +16,7 @@ into what a training step must hold, each read from the run itself:
 * gradients: one buffer per trainable parameter (a LoRA run's frozen base has none);
 * optimizer state: the optimizer's state tensors after the run (AdamW: two per trainable parameter);
 * logits: the fp32 logits the loss reads, [rows the head ran on, V], as the caller counts them (stock:
-  every position; label sparsity: the kept rows; the chunked head: one chunk);
+  every position; label sparsity: the kept rows; the chunked head: one chunk); None where not counted;
 * activations: the rest of the growth: what the forward saves for the backward, the logits' softmax
   and gradient, temporaries and allocator slack (never below 0: memory the process freed before the
   segment and reuses in it is not in the growth).
@@ -22,6 +24,9 @@ into what a training step must hold, each read from the run itself:
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import gc
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +55,17 @@ class PeakMemory:
             except OSError:
                 self.kind = "unavailable"
 
+    def release_freed(self) -> None:
+        """Collect garbage and return freed heap memory to the system, so the resident set is what is live."""
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            return
+        try:
+            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc: the resident set keeps what the allocator holds
+            pass
+
     def peak_mb(self) -> float | None:
         if self.device.type == "cuda":
             return torch.cuda.max_memory_allocated(self.device) / MB
@@ -75,7 +91,7 @@ class MemorySplit:
     weights_mb: float
     gradients_mb: float
     optimizer_mb: float
-    logits_mb: float
+    logits_mb: float | None  # None: not counted (then in activations)
     activations_mb: float
 
 
@@ -92,10 +108,11 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer | None) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
 
 
-def split_growth(growth_mb: float, model: nn.Module, optimizer, logits_bytes: int) -> MemorySplit:
+def split_growth(growth_mb: float, model: nn.Module, optimizer, logits_bytes: int | None) -> MemorySplit:
+    """`growth_mb` (a segment's peak less the memory held when it began) by what holds it."""
     weights = parameter_bytes(model) / MB
     gradients = parameter_bytes(model, trainable_only=True) / MB
     optimizer_mb = optimizer_state_bytes(optimizer) / MB
-    logits = logits_bytes / MB
-    rest = growth_mb - weights - gradients - optimizer_mb - logits
+    logits = logits_bytes / MB if logits_bytes is not None else None
+    rest = growth_mb - weights - gradients - optimizer_mb - (logits or 0.0)
     return MemorySplit(weights, gradients, optimizer_mb, logits, max(rest, 0.0))

@@ -1,30 +1,30 @@
-"""A text-conditioned diffusion UNet trained the way diffusers' `train_text_to_image.py` trains it, per backend.
+"""`--task unet`: a text-conditioned diffusion UNet trained the way diffusers' `train_text_to_image.py`
+trains it, one peer per backend (`--peers eager inductor onnxruntime`, eager the reference).
 
 The step (diffusers' loop without Accelerate and the VAE: latents and text states are given):
     noise ~ N(0, 1); t ~ U{0, T}; noisy = DDPMScheduler.add_noise(latents, noise, t)
     loss = mse(unet(noisy, t, text_states).sample, noise); loss.backward(); AdamW step
 The UNet is a `UNet2DConditionModel` built from a config (cross-attention down and up blocks), nothing
-downloaded; `turbotrain.compile(unet, backend=...)` puts it on a backend. `run_unet_bench` times
-`warmup + steps` steps per backend, interleaved per round from the same weights on the same draws, and
-reports ms/step (median), first-step seconds (compilation or export), peak memory and the largest loss
-difference from eager. Needs the `diffusion` extra (`pip install 'turbotrain[diffusion]'`).
+downloaded; `turbotrain.compile(unet, backend=peer)` puts each peer's copy on its backend, and the loop
+below is the peer's trainer (its `train()` gives the runner a `PeerRecord`, bench/workload.py). Every
+peer trains `warmup + steps` steps from the same weights on the same draws; a step's time is the forward,
+backward and AdamW step (the draws are made before it). The throughput counts examples. Needs the
+`diffusion` extra (`pip install 'turbotrain[diffusion]'`).
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from turbotrain.bench.report import environment
+from turbotrain.backends import valid_choices
+from turbotrain.bench.counting import BatchCounter
+from turbotrain.bench.workload import PeerRecord, Schedule, register_workload
 from turbotrain.compiled_step import backend_of, compile
-from turbotrain.measure.memory import PeakMemory
 
 
 @dataclass
@@ -81,73 +81,63 @@ def noise_prediction_loss(unet, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     return F.mse_loss(prediction.float(), batch["noise"].float(), reduction="mean")
 
 
+@register_workload("unet")
 @dataclass
-class UNetBench(UNetShape):
-    backends: tuple[str, ...] = ("eager", "inductor", "onnxruntime")
-    rounds: int = 3
-    steps: int = 5
-    warmup: int = 1
+class UNet(Schedule, UNetShape):
+    peers: tuple[str, ...] = field(
+        default=("eager", "inductor", "onnxruntime"), metadata={"help": "backends (turbotrain.compile)"}
+    )
+    channels: tuple[int, ...] = field(default=(32, 64), metadata={"help": "channels per UNet block"})
+    batch_size: int = field(default=4, metadata={"help": "latents per step"})
+
+    reference = "eager"
+    unit = "examples"
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.channels = tuple(self.channels)
+        unknown = sorted(set(self.peers) - set(valid_choices()))
+        if unknown:
+            raise ValueError(f"unknown backends {unknown}; choose from {', '.join(valid_choices())}")
+
+    @property
+    def device(self) -> torch.device:
+        return torch.device("cpu")
+
+    def model(self):
+        return tiny_unet(self).train()
+
+    def data(self) -> None:
+        return None  # each step draws its own batch (diffusion_batch)
+
+    def trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> UNetLoop:
+        return UNetLoop(self, compile(copy.deepcopy(model), backend=peer), counter)
+
+    def title(self) -> str:
+        size = self.sample_size
+        return f"diffusers UNet2DConditionModel, channels {list(self.channels)}, {size}x{size} latents, batch {self.batch_size} fp32"
+
+    def extras(self, model, data) -> dict:
+        return {"parameters": sum(p.numel() for p in model.parameters())}
 
 
-@dataclass
-class BackendRuns:
-    seconds: list[float] = field(default_factory=list)
-    first_step_s: float | None = None
-    losses: list[list[float]] = field(default_factory=list)
-    peaks_mb: list[float] = field(default_factory=list)
-    report: dict = field(default_factory=dict)
+class UNetLoop:
+    """One peer's training loop: diffusers' step on the peer's compiled copy."""
 
+    def __init__(self, workload: UNet, model, counter: BatchCounter):
+        self.workload, self.model, self.counter = workload, model, counter
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
 
-def train_segment(unet, backend: str, bench: UNetBench, runs: BackendRuns, memory: PeakMemory) -> None:
-    model = compile(copy.deepcopy(unet), backend=backend)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    memory.reset()
-    losses, seconds = [], []
-    for step in range(bench.warmup + bench.steps):
-        batch = diffusion_batch(bench, step)
-        start = time.perf_counter()
-        loss = noise_prediction_loss(model, batch)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        seconds.append(time.perf_counter() - start)
-        losses.append(loss.item())
-    if runs.first_step_s is None:
-        runs.first_step_s = seconds[0]
-    runs.seconds += seconds[bench.warmup :]
-    runs.losses.append(losses)
-    peak = memory.peak_mb()
-    runs.peaks_mb += [peak] if peak is not None else []
-    runs.report = backend_of(model).report()
-
-
-def run_unet_bench(bench: UNetBench, out_dir: str = "bench-unet") -> dict:
-    unet = tiny_unet(bench).train()
-    memory = PeakMemory(torch.device("cpu"))
-    runs = {name: BackendRuns() for name in bench.backends}
-    for _ in range(bench.rounds):
-        for name in bench.backends:
-            train_segment(unet, name, bench, runs[name], memory)
-    eager = runs.get("eager")
-    rows = {}
-    for name, r in runs.items():
-        rows[name] = {
-            "ms_per_step": 1000 * statistics.median(r.seconds),
-            "first_step_s": r.first_step_s,
-            "peak_memory_mb": max(r.peaks_mb, default=None),
-            "backend_report": r.report,
-        }
-        if eager is not None:
-            pairs = [(a, b) for mine, ref in zip(r.losses, eager.losses) for a, b in zip(mine, ref)]
-            rows[name]["max_rel_loss_diff"] = max(abs(a - b) / abs(b) for a, b in pairs)
-            rows[name]["ratio_to_eager"] = statistics.median(eager.seconds) / statistics.median(r.seconds)
-    result = {
-        "bench": asdict(bench),
-        "environment": environment(),
-        "parameters": sum(p.numel() for p in unet.parameters()),
-        "backends": rows,
-    }
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    (Path(out_dir) / "unet.json").write_text(json.dumps(result, indent=2, default=str))
-    print(json.dumps(result, indent=2, default=str))
-    return result
+    def train(self) -> PeerRecord:
+        losses, seconds = [], []
+        for step in range(self.workload.warmup + self.workload.steps):
+            batch = self.counter.note(diffusion_batch(self.workload, step))
+            start = time.perf_counter()
+            loss = noise_prediction_loss(self.model, batch)
+            loss.backward()
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+            seconds.append(time.perf_counter() - start)
+            losses.append(loss.item())
+        backend = backend_of(self.model)
+        return PeerRecord(seconds, losses, backend.name, backend.report(), model=self.model, optimizer=self.optimizer)
