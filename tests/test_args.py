@@ -9,8 +9,7 @@ from dataclasses import dataclass
 import pytest
 from transformers import TrainingArguments
 
-from turbotrain import TurboOptions, TurboTrainingArguments
-from turbotrain.data import token_budget
+from turbotrain import TurboOptions, TurboTrainingArguments, token_budget
 
 
 def make_args(tmp_path, **kwargs):

@@ -20,7 +20,7 @@ def test_unknown_backend_is_refused_by_the_parser(capsys):
     assert "invalid choice" in capsys.readouterr().err
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_export_command_writes_a_verified_model_and_the_tokenizer(tmp_path, capsys):
     from tests import tiny_models
 

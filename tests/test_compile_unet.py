@@ -11,12 +11,11 @@ import dataclasses
 import pytest
 import torch
 
-pytest.importorskip("diffusers", reason="needs the diffusion extra: pip install 'turbotrain[diffusion]'")
-
 import turbotrain
-from turbotrain.bench.unet import UNetShape, diffusion_batch, noise_prediction_loss, tiny_unet
+from turbotrain.bench.workloads.unet import UNetShape, diffusion_batch, noise_prediction_loss, tiny_unet
 from turbotrain.compiled_step import backend_of
 
+pytestmark = pytest.mark.requires_diffusion
 # one cross-attention down block, the mid block, one cross-attention up block: every kind of layer the
 # text-to-image UNet has, in the fewest graphs (Inductor compiles this one in ~3 min on 2 busy cores)
 SHAPE = UNetShape(
@@ -47,13 +46,11 @@ def assert_step_matches(got, expected, rtol=1e-5):
 @pytest.mark.parametrize(
     "backend",
     [
-        pytest.param("inductor", marks=[pytest.mark.compile, pytest.mark.slow]),
-        pytest.param("onnxruntime", marks=pytest.mark.onnx),
+        pytest.param("inductor", marks=[pytest.mark.requires_compiler, pytest.mark.slow]),
+        pytest.param("onnxruntime", marks=pytest.mark.requires_onnx),
     ],
 )
 def test_unet_training_step_matches_eager(backend):
-    if backend == "onnxruntime":
-        pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
     unet = tiny_unet(SHAPE).train()
     options = {"cache_dir": None} if backend == "onnxruntime" else None
     compiled = turbotrain.compile(copy.deepcopy(unet), backend=backend, backend_options=options)
@@ -65,9 +62,8 @@ def test_unet_training_step_matches_eager(backend):
         assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_unet_with_upsampling_runs_every_graph_in_onnxruntime():
-    pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
     unet = tiny_unet(UPSAMPLING).train()
     assert any(name.endswith("upsamplers") for name, _ in unet.named_modules())
     compiled = turbotrain.compile(copy.deepcopy(unet), backend="onnxruntime", backend_options={"cache_dir": None})

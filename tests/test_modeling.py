@@ -61,8 +61,10 @@ def test_positions_start_after_robertas_padding_index():
     assert modeling.position_offset(make("bert")) == 0
 
 
+@pytest.mark.requires_llm
 def test_peft_wrappers_are_seen_through():
-    peft = pytest.importorskip("peft")
+    import peft
+
     model = peft.get_peft_model(make("llama"), peft.LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
     assert modeling.is_peft_model(model) and modeling.unwrap(model) is model.get_base_model()
     assert modeling.task_of(model) == modeling.CAUSAL_LM and modeling.vocab_size(model) == VOCAB

@@ -15,7 +15,6 @@ import turbotrain
 from tests.tiny_seq2seq import VOCAB, make
 from tests.trainer_helpers import COMMON, assert_losses_close, train_losses
 from turbotrain import turbo, turbo_arguments
-from turbotrain.utils.imports import is_trl_available
 
 
 def text_pairs(n: int = 40, seed: int = 0) -> list[dict]:
@@ -72,7 +71,7 @@ def test_seq2seq_names_train_the_stock_losses(tmp_path):
     assert_losses_close(train_losses(fast), train_losses(stock), rtol=1e-5)
 
 
-@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl): pip install 'turbotrain[llm]'")
+@pytest.mark.requires_llm
 def test_sft_names_are_the_turbo_classes():
     from trl import SFTConfig, SFTTrainer
 

@@ -17,7 +17,6 @@ from tests.trainer_helpers import (
     turbo_trainer,
 )
 from turbotrain import TurboTrainer, TurboTrainingArguments
-from turbotrain.utils.imports import is_optuna_available
 from turbotrain.utils.warnings import TurbotrainWarning
 
 
@@ -100,8 +99,7 @@ def test_saved_model_loads_in_stock_transformers_with_same_logits(tmp_path):
     assert (tmp_path / "saved" / "model.safetensors").exists()
 
 
-@pytest.mark.requires_optuna
-@pytest.mark.skipif(not is_optuna_available(), reason="needs the hpo extra (optuna)")
+@pytest.mark.requires_hpo
 def test_hyperparameter_search_with_model_init(tmp_path):
     """3 optuna trials complete, the best one is reported, and every trial trains a freshly initialised
     model (with the passes) from the same initial weights."""

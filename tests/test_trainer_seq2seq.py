@@ -10,7 +10,7 @@ from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 from tests.tiny_seq2seq import MEL_BINS, make, speech_like_examples
 from tests.trainer_helpers import COMMON, assert_losses_close, train_losses
 from turbotrain import turbo, turbo_arguments
-from turbotrain.data.speech import INSTALL, SpeechCollator, espeak_available
+from turbotrain.data.speech import SpeechCollator
 
 
 def trainers(tmp_path, family: str, data, collator):
@@ -29,7 +29,7 @@ def test_whisper_golden_losses_ten_steps_match_stock_seq2seq_trainer(tmp_path):
     assert_losses_close(train_losses(fast), train_losses(stock), rtol=1e-4)
 
 
-@pytest.mark.skipif(not espeak_available(), reason=f"espeak-ng is not installed: {INSTALL}")
+@pytest.mark.requires_espeak
 def test_espeak_speech_features_and_labels_train_a_whisper_step(tmp_path):
     from transformers import WhisperFeatureExtractor
 

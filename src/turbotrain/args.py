@@ -66,7 +66,7 @@ class TurboOptions:
         default=None,
         metadata=_help(
             "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
-            "examples (data/token_budget.py; pairs well with padding_free)."
+            "examples (token_budget.py; pairs well with padding_free)."
         ),
     )
 
@@ -85,7 +85,7 @@ class TurboOptions:
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
         if budget is not None:
-            from turbotrain.data.token_budget import require_support
+            from turbotrain.token_budget import require_support
 
             require_support()
         if self.backend_options is not None and not isinstance(self.backend_options, dict):

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from turbotrain.bench.peak import matmul_peak
+from turbotrain.measure.peak import matmul_peak
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 

@@ -80,47 +80,15 @@ def _export_parser(sub) -> None:
 
 
 def _bench_parser(sub) -> None:
-    from turbotrain.bench.workload import Workload
-    from turbotrain.passes.registry import pass_names
+    from turbotrain.bench.flags import add_workload_flags
 
-    d = Workload()
-    p = sub.add_parser("bench", help="stock Trainer vs Trainer(torch_compile) vs TurboTrainer, interleaved")
-    p.add_argument("--out", default="bench-out", help="directory for the JSON and markdown results")
-    p.add_argument("--rounds", type=int, default=d.rounds)
-    p.add_argument("--steps", type=int, default=d.steps, help="measured steps per round and peer")
-    p.add_argument("--warmup", type=int, default=d.warmup, help="unmeasured steps at the start of each round")
-    p.add_argument(
-        "--peers",
-        nargs="+",
-        default=list(d.peers),
-        help="subset of: stock compiled turbo turbo:<backend> (e.g. turbo:onnxruntime turbo:inductor)",
+    p = sub.add_parser(
+        "bench",
+        help="a workload's peers side by side, interleaved (stock Trainer, Trainer(torch_compile), TurboTrainer...)",
+        description="Every workload's flags are its dataclass fields (bench/workloads/); --task picks one.",
     )
-    p.add_argument("--backend", default=d.backend, choices=valid_choices(), help="TurboTrainer's backend")
-    p.add_argument("--bf16", action="store_true", help="bf16 autocast for every peer")
-    p.add_argument(
-        "--lengths",
-        default=d.lengths,
-        choices=["fixed", "variable"],
-        help="fixed blocks, or paragraphs at their natural lengths with dynamic padding",
-    )
-    p.add_argument(
-        "--task",
-        default=d.task,
-        choices=["mlm", "cls", "clm", "sft"],
-        help="cls and sft need --lengths variable; clm: GPT-2 causal LM on fixed blocks; "
-        "sft: decoder fine-tuning, peers stock trl trl+turbo turbo",
-    )
-    p.add_argument("--lora", action="store_true", help="sft: train PEFT LoRA adapters only")
-    p.add_argument("--untied", action="store_true", help="sft: separate input and output embeddings")
-    p.add_argument("--dropout", type=float, default=None, help="default: 0.1 for fixed lengths, 0 for variable")
-    p.add_argument(
-        "--turbo-off",
-        nargs="+",
-        default=[],
-        metavar="PASS",
-        help=f"turn passes off for the turbo peer (ablation): {' '.join(pass_names())}",
-    )
-    _add_model_flags(p, d)
+    p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and bench.png")
+    add_workload_flags(p)
 
 
 def _run_pretrain(ns: argparse.Namespace) -> int:
@@ -135,13 +103,10 @@ def _run_pretrain(ns: argparse.Namespace) -> int:
 
 
 def _run_bench(ns: argparse.Namespace) -> int:
+    from turbotrain.bench.flags import workload_from_flags
     from turbotrain.bench.runner import run_bench
-    from turbotrain.bench.workload import Workload
 
-    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out"}}
-    fields["peers"] = tuple(fields["peers"])
-    fields["turbo_off"] = tuple(fields["turbo_off"])
-    run_bench(Workload(**fields), out_dir=ns.out)
+    run_bench(workload_from_flags({k: v for k, v in vars(ns).items() if k not in {"command", "out"}}), out_dir=ns.out)
     return 0
 
 
@@ -180,71 +145,20 @@ def _run_ondevice_bench(ns: argparse.Namespace) -> int:
 
 
 def _profile_parser(sub) -> None:
-    from turbotrain.bench.workload import Workload
+    from turbotrain.bench.workloads.corpus_lm import CorpusLM
 
-    p = sub.add_parser("profile-ort", help="ONNX Runtime kernel time by op type for the benchmark workload")
+    p = sub.add_parser("profile-ort", help="ONNX Runtime kernel time by op type for the mlm benchmark workload")
     p.add_argument("--out", default="profile-ort")
     p.add_argument("--steps", type=int, default=5)
-    _add_model_flags(p, Workload())
+    _add_model_flags(p, CorpusLM(task="mlm"))
 
 
 def _run_profile(ns: argparse.Namespace) -> int:
     from turbotrain.bench.ort_profile import profile_onnxruntime
-    from turbotrain.bench.workload import Workload
+    from turbotrain.bench.workloads.corpus_lm import CorpusLM
 
     fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out", "steps"}}
-    profile_onnxruntime(Workload(**fields), steps=ns.steps, out_dir=ns.out)
-    return 0
-
-
-def _seq2seq_bench_parser(sub) -> None:
-    from dataclasses import fields
-
-    from turbotrain.bench.seq2seq import Seq2SeqBench
-
-    p = sub.add_parser("bench-seq2seq", help="stock Seq2SeqTrainer vs turbotrain on asr (Whisper) or bart, interleaved")
-    p.add_argument("--out", default="bench-seq2seq")
-    for f in fields(Seq2SeqBench):
-        flag = "--" + f.name.replace("_", "-")
-        if f.name == "peers":
-            p.add_argument(flag, nargs="+", default=list(f.default), help="stock, turbo, turbo:<backend>")
-        elif isinstance(f.default, bool):
-            p.add_argument(flag, action="store_true")
-        else:
-            p.add_argument(flag, type=type(f.default), default=f.default)
-
-
-def _run_seq2seq_bench(ns: argparse.Namespace) -> int:
-    from turbotrain.bench.seq2seq import Seq2SeqBench, run_seq2seq_bench
-
-    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out"}}
-    run_seq2seq_bench(Seq2SeqBench(**{**fields, "peers": tuple(ns.peers)}), out_dir=ns.out)
-    return 0
-
-
-def _unet_bench_parser(sub) -> None:
-    p = sub.add_parser("bench-unet", help="a diffusers UNet training step on eager / inductor / onnxruntime")
-    p.add_argument("--out", default="bench-unet")
-    p.add_argument("--backends", nargs="+", default=["eager", "inductor", "onnxruntime"])
-    p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=4)
-    p.add_argument("--channels", type=int, nargs="+", default=[32, 64], help="channels per UNet block")
-
-
-def _run_unet_bench(ns: argparse.Namespace) -> int:
-    from turbotrain.bench.unet import UNetBench, run_unet_bench
-
-    run_unet_bench(
-        UNetBench(
-            backends=tuple(ns.backends),
-            rounds=ns.rounds,
-            steps=ns.steps,
-            batch_size=ns.batch_size,
-            channels=tuple(ns.channels),
-        ),
-        out_dir=ns.out,
-    )
+    profile_onnxruntime(CorpusLM(task="mlm", **fields), steps=ns.steps, out_dir=ns.out)
     return 0
 
 
@@ -259,8 +173,6 @@ COMMANDS = {
     "export": _run_export,
     "bench-ondevice": _run_ondevice_bench,
     "profile-ort": _run_profile,
-    "bench-seq2seq": _run_seq2seq_bench,
-    "bench-unet": _run_unet_bench,
 }
 
 
@@ -279,8 +191,6 @@ def main(argv: list[str] | None = None) -> int:
     _export_parser(sub)
     _ondevice_bench_parser(sub)
     _profile_parser(sub)
-    _seq2seq_bench_parser(sub)
-    _unet_bench_parser(sub)
     ns = parser.parse_args(argv)
     from turbotrain.data.corpus import CorpusError
 

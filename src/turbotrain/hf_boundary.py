@@ -93,41 +93,6 @@ def rotate_checkpoints(trainer: Trainer, output_dir: str) -> None:
     )
 
 
-class TrlTokenCount:
-    """TRL's `SFTTrainer` counts its `num_tokens` metric as `inputs["attention_mask"].sum()`; a packed batch's
-    mask is the [R, 1, C, C] block mask, so the count is corrected to the real tokens the packer recorded.
-    Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
-
-    def compute_loss(self, model, inputs, *args, **kwargs):
-        from turbotrain.passes.packing import REAL_TOKENS  # here: the boundary imports nothing of turbotrain's
-
-        mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
-        result = super().compute_loss(model, inputs, *args, **kwargs)
-        if real is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
-            difference = torch.as_tensor(real, device=mask.device) - mask.sum()
-            total = self.accelerator.gather_for_metrics(difference.reshape(1)).sum().item()
-            self._total_train_tokens += total // getattr(self, "_tp_size", 1)
-            self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
-        return result
-
-
-def counts_tokens_from_mask(trainer_class: type) -> bool:
-    """TRL trainers that keep the `num_tokens` metric (see `TrlTokenCount`)."""
-    compute_loss = getattr(trainer_class, "compute_loss", None)  # a user's SFTTrainer subclass inherits TRL's
-    return getattr(compute_loss, "__module__", "").startswith("trl.") and "_total_train_tokens" in _source_names(
-        trainer_class
-    )
-
-
-def _source_names(trainer_class: type) -> str:
-    import inspect
-
-    try:
-        return inspect.getsource(trainer_class.compute_loss)
-    except (OSError, TypeError):
-        return ""
-
-
 def missing_loop_parts() -> list[str]:
     """Trainer methods a backend with its own loop needs that this Transformers release lacks."""
     return [name for name in LOOP_PARTS if not callable(getattr(Trainer, name, None))]

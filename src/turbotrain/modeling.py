@@ -53,13 +53,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.auto import modeling_auto
 
 from turbotrain import hf_boundary
+from turbotrain.batch_keys import IGNORE_INDEX  # the label Transformers' losses skip (named here for every pass)
+from turbotrain.torch_boundary import TorchDispatchMode, op_arguments
 from turbotrain.utils.mode import training_mode
-
-IGNORE_INDEX = -100  # the label Transformers' losses skip
 
 MASKED_LM = "masked-lm"
 CAUSAL_LM = "causal-lm"
@@ -224,7 +223,7 @@ class _RandomOpRecorder(TorchDispatchMode):
 def _draws(func, args: tuple, kwargs: dict) -> bool:
     """A seeded op draws unless its dropout probability (`p`, `dropout_p`: SDPA's kernels, native_dropout)
     is 0: SDPA in every model is a seeded op, called with dropout_p=0 where the model has no dropout."""
-    for position, argument in enumerate(func._schema.arguments):
+    for position, argument in enumerate(op_arguments(func)):
         if argument.name in ("p", "dropout_p"):
             value = args[position] if position < len(args) else kwargs.get(argument.name, argument.default_value)
             return value != 0

@@ -8,14 +8,10 @@ importing this module without it raises an ImportError naming `pip install 'turb
 
 from __future__ import annotations
 
-from turbotrain.utils.imports import require
+from turbotrain.args import turbo_arguments
+from turbotrain.integrations.trl import sft_classes
+from turbotrain.trainer import turbo
 
-require("trl", "TurboSFTTrainer and TurboSFTConfig")
-
-from trl import SFTConfig, SFTTrainer  # noqa: E402
-
-from turbotrain.args import turbo_arguments  # noqa: E402
-from turbotrain.trainer import turbo  # noqa: E402
-
+SFTConfig, SFTTrainer = sft_classes("TurboSFTTrainer and TurboSFTConfig")
 TurboSFTConfig = turbo_arguments(SFTConfig)
 TurboSFTTrainer = turbo(SFTTrainer)

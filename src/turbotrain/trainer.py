@@ -22,7 +22,7 @@ which forwards them to the public `turbo_*` methods here:
   evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
 * the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
   the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3).
-* `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (data/token_budget.py).
+* `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
   carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
 * `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
@@ -36,7 +36,7 @@ it steps aside (one log line) for trainers that compute their own loss other tha
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
-and TRL trainers get their `num_tokens` metric counted on real tokens (`hf_boundary.TrlTokenCount`).
+and TRL trainers get their `num_tokens` metric counted on real tokens (`integrations/trl.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
@@ -56,15 +56,15 @@ from turbotrain import checkpoints, device_step
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
-from turbotrain.data.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.hf_boundary import TrainerBoundary, TrlTokenCount, counts_tokens_from_mask, rotate_checkpoints
-from turbotrain.passes import fused_head_calls
+from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
+from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.passes.registry import trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
+from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
@@ -118,7 +118,7 @@ class TurboMixin(TrainerBoundary):
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
             self.turbo_report = optimize(
-                model, **self.turbo_options.pass_options(), fused_head_calls=fused_head_calls.sums_log_probs(self)
+                model, **self.turbo_options.pass_options(), fused_head_calls=sums_log_probs(self)
             )
         return self.backend.wrap_model(model)
 

@@ -47,7 +47,7 @@ def test_auto_keeps_the_faster_median(private_cache, eager_s, inductor_s, expect
     assert json.loads((private_cache / CACHE_FILE).read_text())["k"]["choice"] == expected
 
 
-@pytest.mark.compile
+@pytest.mark.requires_compiler
 def test_auto_measures_both_on_the_real_steps_matches_stock_and_caches(tmp_path, private_cache, caplog):
     kw = dict(max_steps=8, backend_options={"min_steps": 0, "measure_steps": 1, "scope": "blocks"})
     turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)

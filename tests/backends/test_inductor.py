@@ -7,7 +7,7 @@ import pytest
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses, turbo_trainer
 
 
-@pytest.mark.compile
+@pytest.mark.requires_compiler
 def test_inductor_golden_losses_match_stock(tmp_path):
     kw = dict(max_steps=4)
     turbo = turbo_trainer("roberta", tmp_path, backend="inductor", **kw)
@@ -15,7 +15,7 @@ def test_inductor_golden_losses_match_stock(tmp_path):
     assert_losses_close(train_losses(turbo), train_losses(stock_trainer("roberta", tmp_path, **kw)), rtol=1e-5)
 
 
-@pytest.mark.compile
+@pytest.mark.requires_compiler
 def test_inductor_with_packing_stops_recompiling_and_matches_stock(tmp_path, monkeypatch):
     """Packed shapes change every step; after Dynamo marks them dynamic, no step compiles again."""
     from transformers import Trainer, TrainerCallback, TrainingArguments

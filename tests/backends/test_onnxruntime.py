@@ -18,17 +18,14 @@ import torch
 from tests import tiny_models
 from tests.parity import assert_same_relative_to_scale, loss_and_grads
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses
+from turbotrain.backends import BackendUnavailable, ort_graph
+from turbotrain.backends.onnxruntime import OrtOptions, ort_compiler, ort_config
+from turbotrain.backends.ort_graph import STATS, OrtConfig
+from turbotrain.passes import optimize
+from turbotrain.utils.warnings import TurbotrainWarning
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-pytestmark = pytest.mark.onnx
+pytestmark = pytest.mark.requires_onnx
 ROOT = Path(__file__).resolve().parents[2]
-
-from turbotrain.backends import BackendUnavailable, ort_graph  # noqa: E402  (module under test)
-from turbotrain.backends.onnxruntime import OrtOptions, ort_compiler, ort_config  # noqa: E402
-from turbotrain.backends.ort_graph import STATS, OrtConfig  # noqa: E402
-from turbotrain.passes import optimize  # noqa: E402
-from turbotrain.utils.warnings import TurbotrainWarning  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -12,13 +12,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-pytestmark = pytest.mark.onnx
+from tests.parity import assert_same_relative_to_scale
+from turbotrain.backends.onnxruntime import ort_compiler
+from turbotrain.backends.ort_graph import STATS, OrtConfig
 
-from tests.parity import assert_same_relative_to_scale  # noqa: E402
-from turbotrain.backends.onnxruntime import ort_compiler  # noqa: E402
-from turbotrain.backends.ort_graph import STATS, OrtConfig  # noqa: E402
+pytestmark = pytest.mark.requires_onnx
 
 
 class ConvStack(nn.Module):

@@ -10,8 +10,6 @@ import copy
 import pytest
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
-
 import turbotrain
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_seq2seq import batch, make, speech_like_examples
@@ -21,7 +19,7 @@ from turbotrain.backends.ort_graph import STATS
 from turbotrain.data.speech import SpeechCollator
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_bart_with_label_sparsity_on_onnxruntime_matches_eager():
     eager = make("bart", dropout=False)
     turbotrain.optimize(eager, padding_free=False)
@@ -43,7 +41,7 @@ def whisper_trainer(tmp_path, backend: str):
     return turbo(Seq2SeqTrainer)(model=make("whisper"), args=args, train_dataset=data, data_collator=collator)
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_whisper_through_seq2seq_trainer_runs_every_graph_in_onnxruntime(tmp_path):
     ort = whisper_trainer(tmp_path, "onnxruntime")  # dropout 0.1 on: masks drawn by torch, as eager draws them
     fallbacks, exports = len(STATS.fallbacks), STATS.exports

@@ -28,7 +28,7 @@ def loss_and_grads(model, batch):
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.compile
+@pytest.mark.requires_compiler
 @pytest.mark.parametrize("family", ["gpt2"])  # llama passed too (26 s more of compiling; 2026-12-01)
 def test_regional_compile_matches_eager_loss_and_gradients(family):
     eager, compiled = make(family, dropout=False), make(family, dropout=False)

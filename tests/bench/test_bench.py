@@ -1,4 +1,4 @@
-"""The bench runs its peers interleaved and reports medians, ratios and loss differences."""
+"""The one runner: peers interleaved, medians, ratios to the reference, loss differences, one report writer."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import json
 import pytest
 
 from tests.bench.tiny import tiny_workload
-from turbotrain.bench.runner import PeerRuns, interleaved_order, loss_difference, run_bench
-from turbotrain.bench.workload import Workload
+from turbotrain.bench.counting import BatchCounter, count_batch
+from turbotrain.bench.runner import PeerRuns, Segment, interleaved_order, loss_difference, run_bench
+from turbotrain.bench.workload import BenchData
 from turbotrain.utils.imports import is_available
+
+
+def runs(name: str, *losses: list[float]) -> PeerRuns:
+    return PeerRuns(name, segments=[Segment([1.0] * len(lo), lo, [], (False, False)) for lo in losses])
 
 
 def test_interleaved_order_is_a_b_c_a_b_c():
@@ -23,16 +28,34 @@ def test_interleaved_order_is_a_b_c_a_b_c():
     ]
 
 
-def test_loss_difference_is_the_largest_step_gap():
-    stock = PeerRuns("stock", losses=[[2.0, 1.0]])
-    other = PeerRuns("turbo", losses=[[2.0, 1.1]])
-    absolute, relative = loss_difference(other, stock)
-    assert absolute == pytest.approx(0.1) and relative == pytest.approx(0.1)
+def test_loss_difference_is_the_largest_step_gap_over_every_round():
+    absolute, relative = loss_difference(runs("turbo", [2.0, 1.0], [3.0, 2.2]), runs("stock", [2.0, 1.0], [3.0, 2.0]))
+    assert absolute == pytest.approx(0.2) and relative == pytest.approx(0.1)
+    assert loss_difference(runs("a", [0.0]), runs("b", [0.0])) == (0.0, 0.0)  # a zero loss is no error
 
 
-def test_unknown_peer_is_rejected():
+def test_unknown_peer_and_pass_are_rejected():
     with pytest.raises(ValueError, match="unknown peers"):
-        Workload(peers=("stock", "fast"))
+        tiny_workload(peers=("stock", "fast"))
+    with pytest.raises(ValueError, match="unknown passes"):
+        tiny_workload(turbo_off=("warp_drive",))
+    with pytest.raises(ValueError, match="takes no"):
+        tiny_workload(channels=(8,))
+
+
+def test_batch_counts_are_real_tokens_slots_labels_and_rows():
+    import torch
+
+    batch = {
+        "input_ids": torch.zeros(2, 4, dtype=torch.long),
+        "attention_mask": torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]]),
+        "labels": torch.tensor([[-100, 5, -100, 6], [7, -100, -100, -100]]),
+    }
+    count = count_batch(batch)
+    assert (count.rows, count.tokens, count.slots, count.label_tokens, count.label_slots) == (2, 6, 8, 3, 8)
+    assert count.units("tokens") == 6 and count.units("label tokens") == 3 and count.units("examples") == 2
+    features = {"input_features": torch.zeros(3, 80, 10), "labels": torch.tensor([[1, -100], [2, 3], [4, 5]])}
+    assert count_batch(features).rows == 3 and count_batch(features).tokens == 0  # speech: no input ids
 
 
 @pytest.mark.slow
@@ -40,44 +63,42 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path):
     workload = tiny_workload(rounds=2)
     result = run_bench(workload, out_dir=tmp_path)
     saved = json.loads((tmp_path / "bench.json").read_text())
-    assert set(saved["peers"]) == {"stock", "turbo"}
+    assert set(saved["peers"]) == {"stock", "turbo"} and saved["reference"] == "stock"
     turbo = saved["peers"]["turbo"]
-    assert turbo["tokens_per_s"] > 0 and turbo["ratio_to_stock"] > 0
+    assert turbo["tokens_per_s"] > 0 and turbo["ratio"] > 0
     assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step
-    assert "| turbo | auto: eager |" in (tmp_path / "bench.md").read_text()  # 3 steps: too short to measure
+    markdown = (tmp_path / "bench.md").read_text()
+    assert "| turbo | auto: eager |" in markdown  # 3 steps: too short to measure
+    assert "| peer | peak MB | weights | gradients | optimizer | logits | activations |" in markdown
+    split = turbo["memory_split_mb"]
+    assert split["weights_mb"] > 0 and split["gradients_mb"] == split["weights_mb"] and split["optimizer_mb"] > 0
+    assert saved["peers"]["stock"]["memory_split_mb"]["logits_mb"] > split["logits_mb"]  # label sparsity's kept rows
     png = tmp_path / "bench.png"
     assert not is_available("matplotlib") or png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert result["peers"]["stock"]["ratio_to_stock"] == 1.0
+    assert result["peers"]["stock"]["ratio"] == 1.0
 
 
 def test_turbo_off_reaches_the_turbo_peer_and_the_command(tmp_path):
-    from turbotrain.bench.peers import build_trainer
-    from turbotrain.data import MaskedLMData
-
-    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("label_sparsity",))
+    workload = tiny_workload(vocab_size=500, turbo_off=("label_sparsity",), peers=("stock", "compiled", "turbo"))
     assert workload.command() == (
-        "turbotrain bench --hidden-size 32 --layers 1 --heads 2 --vocab-size 500 --turbo-off label_sparsity"
+        "turbotrain bench --task mlm --hidden-size 32 --layers 1 --heads 2 --seq-len 32 --vocab-size 500 "
+        "--batch-size 4 --rounds 1 --steps 2 --turbo-off label_sparsity"
     )
-    data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
-    trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, str(tmp_path))
+    data = BenchData(train=None, collator=None)
+    trainer = workload.build_trainer("turbo", workload.model(), data, BatchCounter(), str(tmp_path))
     assert trainer.args.label_sparsity is False and "label_sparsity" not in trainer.turbo_report.applied
-    with pytest.raises(ValueError, match="unknown passes"):
-        Workload(turbo_off=("warp_drive",))
 
 
 def test_turbo_off_sets_each_pass_to_its_own_off_value(tmp_path):
-    from turbotrain.bench.peers import build_trainer
-    from turbotrain.data import MaskedLMData
-
-    workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("chunked_cross_entropy",))
-    data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
-    trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, str(tmp_path))
+    workload = tiny_workload(vocab_size=500, turbo_off=("chunked_cross_entropy",))
+    data = BenchData(train=None, collator=None)
+    trainer = workload.build_trainer("turbo", workload.model(), data, BatchCounter(), str(tmp_path))
     assert trainer.args.chunked_cross_entropy == "never" and trainer.args.label_sparsity is True
 
 
 @pytest.mark.slow
 def test_tiny_variable_length_bench_packs_and_matches_stock(tmp_path):
-    workload = tiny_workload(seq_len=64, vocab_size=2000, batch_size=8, lengths="variable", task="cls")
+    workload = tiny_workload("cls", seq_len=64, vocab_size=2000, batch_size=8)
     result = run_bench(workload, out_dir=tmp_path)
     assert 0.2 < result["padding_share"] < 0.9 and result["length_histogram"]
     assert "padding_free" in result["peers"]["turbo"]["passes"] and result["peers"]["stock"]["passes"] == []

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-pytest.importorskip("matplotlib")
-
 from rich.console import Console
 
 from turbotrain.bench.report import write_reports
+
+pytestmark = pytest.mark.requires_plot
 
 RESULT = {
     "environment": {
@@ -34,10 +33,13 @@ RESULT = {
         "steps": 1,
         "warmup": 0,
     },
+    "title": "RoBERTa MLM h32 L1 seq 32",
+    "unit": "tokens",
+    "reference": "stock",
     "memory_kind": "peak RSS",
     "peers": {
-        "stock": {"backend": "eager", "tokens_per_s": 1000.0, "ratio_to_stock": 1.0, "peak_memory_mb": 900.0},
-        "turbo": {"backend": "eager", "tokens_per_s": 3400.0, "ratio_to_stock": 3.4, "peak_memory_mb": 500.0},
+        "stock": {"backend": "eager", "tokens_per_s": 1000.0, "ratio": 1.0, "peak_memory_mb": 900.0},
+        "turbo": {"backend": "eager", "tokens_per_s": 3400.0, "ratio": 3.4, "peak_memory_mb": 500.0},
     },
 }
 

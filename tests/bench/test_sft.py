@@ -7,9 +7,8 @@ import json
 import pytest
 
 from tests.bench.tiny import tiny_workload
-from tests.llm.helpers import needs_llm_extra
 from turbotrain.bench.runner import run_bench
-from turbotrain.bench.workload import Workload
+from turbotrain.bench.workloads import make_workload
 from turbotrain.data.chat import build_sft_data, function_rows
 
 
@@ -31,22 +30,25 @@ def test_labels_are_the_completion_and_both_forms_share_token_ids():
     assert data.train["input_ids"] == data.trl_train["input_ids"]
 
 
-def test_sft_peers_and_lengths_are_checked():
-    with pytest.raises(ValueError, match="unknown sft peers"):
-        Workload(task="sft", lengths="variable", peers=("stock", "compiled"))
-    with pytest.raises(ValueError, match="needs lengths='variable'"):
-        Workload(task="sft", peers=("stock", "turbo"))
+def test_sft_peers_are_checked_and_default_to_trainer_and_trl():
+    with pytest.raises(ValueError, match="unknown peers"):
+        tiny_workload("sft", peers=("stock", "dpo"))
+    assert tiny_workload("sft", peers=("stock", "compiled")).peers == ("stock", "compiled")
+    assert make_workload("sft").peers == ("stock", "trl", "trl+turbo", "turbo")
 
 
 @pytest.mark.slow
-@needs_llm_extra[1]
+@pytest.mark.requires_llm
 def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
-    workload = tiny_workload(
-        task="sft", lengths="variable", seq_len=48, lora=True, peers=("stock", "trl", "trl+turbo", "turbo")
-    )
+    workload = tiny_workload("sft", seq_len=48, lora=True, peers=("stock", "trl", "trl+turbo", "turbo"))
     run_bench(workload, out_dir=tmp_path)
-    peers = json.loads((tmp_path / "bench.json").read_text())["peers"]
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    peers = saved["peers"]
     assert set(peers) == {"stock", "trl", "trl+turbo", "turbo"}
     for name, row in peers.items():
         assert row["max_rel_loss_diff"] < 1e-4, name
+        assert row["mfu"] > 0 and row["memory_split_mb"]["optimizer_mb"] > 0, name
     assert "chunked_cross_entropy" in peers["trl+turbo"]["passes"]
+    lora = peers["stock"]["memory_split_mb"]
+    assert lora["gradients_mb"] < lora["weights_mb"] / 10  # the adapters train, the base is frozen
+    assert saved["length_histogram"] and "SFT Qwen2-shaped, LoRA" in saved["title"]

@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-ort = pytest.importorskip("onnxruntime")
 import torch
-from transformers import BertConfig, BertForTokenClassification, BertModel  # noqa: E402
+from transformers import BertConfig, BertForTokenClassification, BertModel
 
 from tests import tiny_models
+from tests.requires import lazy_module
 from turbotrain.export import VerificationError, export_onnx
 from turbotrain.export.onnx_graph import failed_op
 from turbotrain.export.tasks import sample_inputs
 from turbotrain.export.verify import verify_onnx
 
-pytestmark = pytest.mark.onnx
+ort = lazy_module("onnxruntime")
+pytestmark = pytest.mark.requires_onnx
 
 
 def token_classifier():

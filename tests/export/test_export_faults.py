@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("onnxruntime")
+from tests import tiny_models
+from turbotrain.cli import main
 
-from tests import tiny_models  # noqa: E402
-from turbotrain.cli import main  # noqa: E402
-
-pytestmark = pytest.mark.onnx
+pytestmark = pytest.mark.requires_onnx
 
 
 @pytest.fixture

@@ -50,9 +50,10 @@ def test_upsample_backward_becomes_scatter_add_with_torch_numbers(name):
     torch.testing.assert_close(graph(x2, upstream2), upsample_grad(scale)(x2, upstream2), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_upsample_backward_is_exact_in_onnxruntime(tmp_path):
-    ort = pytest.importorskip("onnxruntime")
+    import onnxruntime as ort
+
     x, upstream = inputs((3, 4, 5, 7), 2.0)
     graph = trace_aten(upsample_grad(2.0), (x, upstream))
     assert scatter_add_for_index_put(graph) == []

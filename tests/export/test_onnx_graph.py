@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.requires import lazy_module
 from turbotrain.export.onnx_graph import GraphModule, export_module, save_onnx, trace_aten
 
-ort = pytest.importorskip("onnxruntime")
-pytestmark = pytest.mark.onnx
+ort = lazy_module("onnxruntime")
+pytestmark = pytest.mark.requires_onnx
 
 
 def run(proto, tmp_path, feeds):

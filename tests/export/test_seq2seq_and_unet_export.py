@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-pytest.importorskip("onnxruntime", reason="needs the onnx extra: pip install 'turbotrain[onnx]'")
-
 from tests.tiny_seq2seq import make
 from turbotrain import export_onnx, export_training_artifacts
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
 def test_whisper_decoder_only_artifacts_are_refused_naming_what_is_missing(tmp_path):
     whisper = make("whisper", dropout=False)
     with pytest.raises(ValueError, match="encoder-decoder.*'input_features' plus 'decoder_input_ids'"):
@@ -20,13 +18,13 @@ def test_whisper_decoder_only_artifacts_are_refused_naming_what_is_missing(tmp_p
         export_onnx(make("bart", dropout=False), tmp_path / "bart")
 
 
-@pytest.mark.onnx
+@pytest.mark.requires_onnx
+@pytest.mark.requires_diffusion
 def test_unet_export_for_inference_is_verified_against_torch(tmp_path):
-    pytest.importorskip("diffusers", reason="needs the diffusion extra: pip install 'turbotrain[diffusion]'")
     import onnx
 
     from tests.test_compile_unet import SHAPE
-    from turbotrain.bench.unet import tiny_unet
+    from turbotrain.bench.workloads.unet import tiny_unet
     from turbotrain.export.diffusion import export_unet_onnx
 
     exported = export_unet_onnx(tiny_unet(SHAPE), tmp_path / "unet.onnx", text_tokens=SHAPE.text_tokens)

@@ -3,19 +3,8 @@ chat-style prompt/completion rows (built locally, nothing downloaded)."""
 
 from __future__ import annotations
 
-import pytest
 import torch
 from datasets import Dataset
-
-from turbotrain.utils.imports import is_peft_available, is_trl_available
-
-needs_llm_extra = [
-    pytest.mark.llm,
-    pytest.mark.skipif(
-        not (is_peft_available() and is_trl_available()),
-        reason="needs the llm extra (peft, trl): pip install 'turbotrain[llm]'",
-    ),
-]
 
 WORDS = [f"w{i}" for i in range(90)]
 SPECIAL = {"<pad>": 0, "<eos>": 1, "<unk>": 2}

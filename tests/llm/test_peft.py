@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.llm.helpers import decoder, lora_config, needs_llm_extra
+from tests.llm.helpers import decoder, lora_config
 from tests.tiny_models import VOCAB
 from tests.trainer_helpers import (
     RightPaddingCollator,
@@ -17,7 +17,7 @@ from tests.trainer_helpers import (
     variable_length_dataset,
 )
 
-pytestmark = needs_llm_extra
+pytestmark = pytest.mark.requires_llm
 
 
 def peft_model(modules_to_save):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.llm.helpers import decoder, lora_config, needs_llm_extra, prompt_completion_rows, tokenizer
+from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, tokenizer
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import optimize, turbo, turbo_arguments
 
-pytestmark = needs_llm_extra
+pytestmark = pytest.mark.requires_llm
 METRICS = ("loss", "entropy", "mean_token_accuracy", "num_tokens")
 
 

@@ -25,7 +25,6 @@ def bert():
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory):
-    pytest.importorskip("onnxruntime")
     from turbotrain import export_training_artifacts
 
     directory = tmp_path_factory.mktemp("artifacts")

@@ -13,9 +13,8 @@ import pytest
 
 from tests import tiny_models
 from tests.ondevice.conftest import NUM_LABELS
-from turbotrain.utils.imports import is_onnxruntime_available
 
-pytestmark = pytest.mark.skipif(not is_onnxruntime_available(), reason="needs the onnx extra")
+pytestmark = pytest.mark.requires_onnx
 POSITIONS = tiny_models.CONFIGS["bert"][1]["max_position_embeddings"]
 
 

@@ -14,9 +14,8 @@ import torch
 
 from tests import tiny_models
 from tests.ondevice.conftest import LR, NUM_LABELS, TRAINABLE, WEIGHT_DECAY, bert
-from turbotrain.utils.imports import is_onnxruntime_available
 
-pytestmark = pytest.mark.skipif(not is_onnxruntime_available(), reason="needs the onnx extra")
+pytestmark = pytest.mark.requires_onnx
 
 STEPS = 20
 

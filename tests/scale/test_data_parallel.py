@@ -54,8 +54,8 @@ def test_ddp_two_processes_match_one_process(tmp_path, single):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["zero1", "zero2"])
+@pytest.mark.requires_deepspeed
 def test_deepspeed_zero_stages_on_cpu_match_one_process(tmp_path, single, stage):
-    pytest.importorskip("deepspeed", reason="needs the deepspeed extra")
     run_ = run(tmp_path, 2, stage, processes=2)
     assert run_["wrapped"] == "DistributedType.DEEPSPEED"
     assert {"label_sparsity", "embedding_grad"} <= set(run_["passes"])

@@ -42,10 +42,10 @@ from transformers import TrainerCallback, TrainingArguments
 from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.inductor import SCOPES, InductorBackend, InductorOptions
 from turbotrain.backends.registry import register_backend
-from turbotrain.data.cache import cache_dir, digest, write_atomically
 from turbotrain.hf_boundary import attention_implementation
 from turbotrain.modeling import unwrap
 from turbotrain.passes.optimize import REPORT_ATTRIBUTE
+from turbotrain.utils.cache import cache_dir, digest, write_atomically
 from turbotrain.utils.cpu import cpu_model
 
 logger = logging.getLogger("turbotrain")

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
+from turbotrain import torch_boundary
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.registry import register_backend
 from turbotrain.modeling import repeated_blocks
@@ -49,9 +50,7 @@ SCOPES = ("model", "blocks")
 
 def exact_inductor(graph_module: torch.fx.GraphModule, example_inputs):
     """A Dynamo backend: Inductor with dropout drawn from eager's random stream."""
-    from torch._inductor.compile_fx import compile_fx
-
-    return compile_fx(graph_module, example_inputs, config_patches=dict(EXACT_PATCHES))
+    return torch_boundary.inductor_compile(graph_module, example_inputs, EXACT_PATCHES)
 
 
 @dataclass(frozen=True)
@@ -75,9 +74,9 @@ def compile_regions(model: nn.Module, scope: str) -> list[nn.Module]:
 
 
 def uncompile(modules: list[nn.Module]) -> None:
-    """Undo `nn.Module.compile` (torch keeps the compiled call in `_compiled_call_impl`; None = eager)."""
+    """Undo `nn.Module.compile` on each module (None = eager: torch_boundary.uncompile)."""
     for module in modules:
-        module._compiled_call_impl = None
+        torch_boundary.uncompile(module)
 
 
 @register_backend

@@ -9,7 +9,8 @@ the first-run check and the fallback). The optimizer step stays in torch (fused 
 
 Options (`TurboTrainingArguments(backend="onnxruntime", backend_options={...})`, parsed into `OrtOptions`):
     providers        ONNX Runtime execution providers, default by device (CUDA EP for a CUDA model, else CPU)
-    cache_dir        where exported graphs are kept (default ~/.cache/turbotrain/onnxruntime; None: off)
+    cache_dir        where exported graphs are kept (default: onnxruntime/ in turbotrain's cache, utils/cache.py,
+                     so under $TURBOTRAIN_CACHE when it is set; None: off)
     check_first_run  compare each graph's first outputs with eager (default True)
     session_options  attributes set on `onnxruntime.SessionOptions`, e.g. {"intra_op_num_threads": 2}
 Exact: same loss and gradients as eager to float rounding (tests: BERT, RoBERTa with label sparsity,
@@ -33,9 +34,9 @@ from transformers import TrainingArguments
 from turbotrain.backends import ort_binding
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.registry import register_backend
+from turbotrain.utils.cache import cache_root
 from turbotrain.utils.imports import is_available
 
-DEFAULT_CACHE = Path.home() / ".cache" / "turbotrain" / "onnxruntime"
 PROVIDERS_BY_DEVICE = {"cuda": (ort_binding.CUDA_PROVIDER,)}  # the providers that bind the device's memory
 
 
@@ -48,7 +49,7 @@ def default_providers(device: torch.device, available: list[str]) -> tuple[str, 
 @dataclass(frozen=True)
 class OrtOptions(BackendOptions):
     providers: tuple[str, ...] | None = None
-    cache_dir: Path | None = DEFAULT_CACHE
+    cache_dir: Path | None = field(default_factory=lambda: cache_root() / "onnxruntime")
     check_first_run: bool = True
     session_options: dict = field(default_factory=dict)
 
@@ -92,11 +93,11 @@ def ort_config(options: OrtOptions, device: torch.device):
 
 def ort_compiler(config):
     """A Dynamo backend: AOTAutograd graphs (core ATen, math attention) -> ONNX Runtime sessions."""
-    from torch._dynamo.backends.common import aot_autograd
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from turbotrain.backends.ort_graph import OrtGraph
     from turbotrain.export.conv_backward import training_decompositions
+    from turbotrain.torch_boundary import aot_autograd
 
     decompositions = training_decompositions()  # core ATen; convolution backward: conv_backward.py
     decompositions.pop(torch.ops.aten.native_dropout.default, None)  # drawn by torch, see ort_graph.py

@@ -1,10 +1,12 @@
-"""`bench.png`: one bar per peer for tokens/s (with the ratio to stock on the bar) and for peak memory,
-beside bench.md and bench.json. Needs the `plot` extra (matplotlib, Agg backend)."""
+"""`bench.png`: one bar per peer for its throughput (the workload's unit per second, with the ratio to the
+reference peer on the bar) and for peak memory, beside bench.md and bench.json. Needs the `plot` extra
+(matplotlib, Agg backend)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from turbotrain.bench.workload import UNIT_KEYS
 from turbotrain.utils.plotting import pyplot
 
 
@@ -13,17 +15,18 @@ def plot_bench(result: dict, path: Path) -> Path:
     names = list(result["peers"])
     rows = [result["peers"][n] for n in names]
     fig, (speed, memory) = plt.subplots(1, 2, figsize=(10, 3.8))
-    bars = speed.bar(names, [r.get("tokens_per_s") or 0 for r in rows], color="tab:blue")
+    unit = result.get("unit", "tokens")
+    bars = speed.bar(names, [r.get(UNIT_KEYS[unit]) or 0 for r in rows], color="tab:blue")
     for bar, row in zip(bars, rows):
-        if row.get("ratio_to_stock"):
+        if row.get("ratio"):
             speed.annotate(
-                f"{row['ratio_to_stock']:.2f}x",
+                f"{row['ratio']:.2f}x",
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                 ha="center",
                 va="bottom",
                 fontsize=9,
             )
-    speed.set_ylabel("tokens/s (median)")
+    speed.set_ylabel(f"{unit}/s (median)")
     memory.bar(names, [r.get("peak_memory_mb") or 0 for r in rows], color="tab:orange")
     memory.set_ylabel(f"peak memory, MB ({result.get('memory_kind', 'measured')})"[:60])
     for axis in (speed, memory):

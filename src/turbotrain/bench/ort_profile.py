@@ -18,8 +18,7 @@ from rich.table import Table
 from transformers.trainer_callback import PrinterCallback
 
 from turbotrain.args import TurboTrainingArguments
-from turbotrain.bench.peers import _common
-from turbotrain.bench.workload import Workload
+from turbotrain.bench.workloads.corpus_lm import CorpusLM
 from turbotrain.trainer import TurboTrainer
 
 
@@ -40,15 +39,15 @@ def op_times(profile_files: list[Path], skip_runs: int = 2) -> dict[str, float]:
 
 
 def profile_onnxruntime(
-    workload: Workload, steps: int = 5, out_dir: str = "profile-ort", console: Console | None = None
+    workload: CorpusLM, steps: int = 5, out_dir: str = "profile-ort", console: Console | None = None
 ) -> dict[str, float]:
     console = console or Console()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    data, model = workload.data(), workload.initial_model()
+    data, model = workload.data(), workload.model()
     options = {"session_options": {"enable_profiling": True, "profile_file_prefix": str(out / "ort")}}
     with tempfile.TemporaryDirectory() as tmp:
-        common = {**_common(workload, tmp), "max_steps": steps}
+        common = {**workload.common_arguments(tmp), "max_steps": steps}
         args = TurboTrainingArguments(backend="onnxruntime", backend_options=options, **common)
         trainer = TurboTrainer(model=model, args=args, train_dataset=data.train, data_collator=data.collator)
         trainer.remove_callback(PrinterCallback)

@@ -1,83 +1,41 @@
-"""The three peers of the benchmark, built the way a user would write them."""
+"""The peers of every Trainer workload, built as a user writes them, and how one of them trains.
+
+Peers (`TrainerWorkload`: the workload names its Trainer class and arguments class):
+* `stock`: the Trainer class as it is; `compiled`: the same with `torch_compile=True`;
+* `turbo`: `turbo(TrainerClass)` with `turbo_arguments(ArgumentsClass)` on `--backend`; `turbo:<backend>`
+  on that backend; `turbo:<backend>:key=value,...` with backend options (`turbo:inductor:scope=blocks`);
+  `--turbo-off PASS ...` turns passes off for every turbo peer (ablations).
+Every peer trains a fresh copy of the initial model on the same batches, `warmup + steps` optimizer steps
+with a log line (its loss) each and nothing saved (`segment_arguments`), under bf16 autocast with `--bf16`.
+
+`TrainerPeer(trainer, counter).train()` trains one and returns its `PeerRecord`: step times (StepClock,
+measure/timing.py), losses, the backend it ran on (and what `auto` chose), the passes that applied, and
+what its memory split needs (the model, the optimizer, the fp32 logits of its largest step: [rows the
+head ran on, V], one chunk where the chunked head took the call).
+"""
 
 from __future__ import annotations
 
 import copy
-import tempfile
-import time
-from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
-from transformers import Trainer, TrainerCallback, TrainingArguments
+from transformers import Trainer, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
 
-from turbotrain.args import TurboTrainingArguments
-from turbotrain.bench.flops import StepWork, batch_work
-from turbotrain.bench.workload import Workload
-from turbotrain.data import MaskedLMData
+from turbotrain import modeling
+from turbotrain.args import attribute_names, turbo_arguments
+from turbotrain.backends import valid_choices
+from turbotrain.bench.counting import BatchCounter
+from turbotrain.bench.workload import TURBO_PASSES, PeerRecord, Schedule
+from turbotrain.measure.flops import batch_work
+from turbotrain.measure.timing import StepClock
+from turbotrain.passes.chunked_ce import chunk_rows_for
 from turbotrain.passes.registry import off_value
-from turbotrain.trainer import TurboTrainer
+from turbotrain.trainer import turbo
 
-
-def timed_train(make_trainer: Callable[[str], Trainer], memory) -> tuple[Trainer, list[float], float | None]:
-    """One benchmark segment: the trainer `make_trainer(scratch_dir)` builds trains with its step times
-    recorded and nothing printed; returns (trainer, seconds of each step, peak memory in MB or None)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = make_trainer(tmp)
-        clock = StepClock()
-        trainer.add_callback(clock)
-        trainer.remove_callback(PrinterCallback)
-        memory.reset()
-        trainer.train()
-        return trainer, clock.step_seconds(), memory.peak_mb()
-
-
-class CountingCollator:
-    """The user's collator, unchanged, noting the real (unpadded) and padded tokens of every batch, and
-    the work (bench/flops.py) each batch makes a model execute with and without packing and label sparsity."""
-
-    def __init__(self, inner, causal: bool = False):
-        self.inner = inner
-        self.causal = causal
-        self.real: list[int] = []
-        self.padded: list[int] = []
-        self.work: list[dict[tuple[bool, bool], StepWork]] = []  # (packed, sparse_head) -> work
-
-    def __call__(self, features):
-        batch = self.inner(features)
-        mask = batch.get("attention_mask")
-        if mask is None:
-            mask = torch.ones_like(batch["input_ids"])
-        self.real.append(int(mask.sum()))
-        self.padded.append(mask.numel())
-        self.work.append(
-            {
-                (packed, sparse): batch_work(batch, packed=packed, sparse_head=sparse, causal=self.causal)
-                for packed in (False, True)
-                for sparse in (False, True)
-            }
-        )
-        return batch
-
-
-class StepClock(TrainerCallback):
-    """Wall time of every optimizer step, data loading and collation included (end to end)."""
-
-    def __init__(self):
-        self.ends: list[float] = []
-        self.start = 0.0
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        self.ends.append(time.perf_counter())
-
-    def step_seconds(self) -> list[float]:
-        marks = [self.start, *self.ends]
-        return [b - a for a, b in zip(marks, marks[1:])]
+TRAINER_PEERS = ("stock", "compiled", "turbo")
 
 
 def segment_arguments(output_dir: str, batch_size: int, steps: int, seed: int) -> dict:
@@ -97,16 +55,6 @@ def segment_arguments(output_dir: str, batch_size: int, steps: int, seed: int) -
     )
 
 
-def _common(workload: Workload, output_dir: str) -> dict:
-    on_cpu = not torch.cuda.is_available()
-    steps = workload.warmup + workload.steps
-    return dict(
-        **segment_arguments(output_dir, workload.batch_size, steps, workload.seed),
-        bf16=workload.bf16,
-        use_cpu=on_cpu and workload.bf16,
-    )
-
-
 def peer_backend(peer: str, default: str) -> tuple[str, dict | None]:
     """ "turbo" -> (default, None); "turbo:inductor" -> ("inductor", None);
     "turbo:inductor:scope=blocks" -> ("inductor", {"scope": "blocks"}) (options: key=value, comma-separated)."""
@@ -118,22 +66,118 @@ def peer_backend(peer: str, default: str) -> tuple[str, dict | None]:
     return backend, {k: int(v) if v.isdigit() else v for k, v in options.items()}
 
 
-def build_trainer(peer: str, workload: Workload, model, data: MaskedLMData, collator, output_dir: str) -> Trainer:
-    """A fresh trainer for `peer` on a fresh copy of `model`."""
-    if workload.task == "sft":
-        from turbotrain.bench.sft import build_sft_trainer
+@dataclass
+class TrainerWorkload(Schedule):
+    """A workload whose peers are Trainers (`trainer_class`, `arguments_class`); the fields every one takes."""
 
-        return build_sft_trainer(peer, model, data, collator, _common(workload, output_dir))
-    model = copy.deepcopy(model)
-    kw = dict(train_dataset=data.train, data_collator=collator)
-    if peer == "stock":
-        return Trainer(model=model, args=TrainingArguments(**_common(workload, output_dir)), **kw)
-    if peer == "compiled":
-        args = TrainingArguments(torch_compile=True, **_common(workload, output_dir))
-        return Trainer(model=model, args=args, **kw)
-    switched_off = {name: off_value(name) for name in workload.turbo_off}
-    backend, options = peer_backend(peer, workload.backend)
-    args = TurboTrainingArguments(
-        backend=backend, backend_options=options, **switched_off, **_common(workload, output_dir)
+    batch_size: int = field(default=16, metadata={"help": "examples per step"})
+    bf16: bool = field(default=False, metadata={"help": "bf16 autocast for every peer"})
+    backend: str = field(default="auto", metadata={"help": "the turbo peer's backend", "choices": valid_choices()})
+    turbo_off: tuple[str, ...] = field(
+        default=(), metadata={"help": "passes turned off for the turbo peers (ablation)", "choices": TURBO_PASSES}
     )
-    return TurboTrainer(model=model, args=args, **kw)
+
+    trainer_class: ClassVar[type] = Trainer
+    arguments_class: ClassVar[type] = TrainingArguments
+    own_peers: ClassVar[tuple[str, ...]] = ()  # peers a workload adds to TRAINER_PEERS (sft: TRL's)
+    causal: ClassVar[bool | None] = None  # the FLOP count's label shift; None: the formula does not apply
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.turbo_off = tuple(self.turbo_off)
+        unknown_passes = set(self.turbo_off) - set(TURBO_PASSES)
+        if unknown_passes:
+            raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(TURBO_PASSES)}")
+        known = (*TRAINER_PEERS, *self.own_peers)
+        unknown = [p for p in self.peers if p not in known and p.split(":", 1)[0] != "turbo"]
+        if unknown:
+            raise ValueError(
+                f"unknown peers {sorted(unknown)}; choose from {', '.join(known)} "
+                "(turbo:<backend> runs the turbo peer on that backend)"
+            )
+
+    @property
+    def counts_work(self) -> bool:
+        return self.causal is not None
+
+    def step_work(self, batch: dict) -> dict | None:
+        if self.causal is None:
+            return None
+        flags = ((packed, sparse) for packed in (False, True) for sparse in (False, True))
+        return {(p, s): batch_work(batch, packed=p, sparse_head=s, causal=self.causal) for p, s in flags}
+
+    def run_suffix(self) -> str:
+        """The end of a report heading: the dtype, and the passes an ablation turned off."""
+        off = f" (turbo without {', '.join(self.turbo_off)})" if self.turbo_off else ""
+        return f"{' bf16' if self.bf16 else ' fp32'}{off}"
+
+    def common_arguments(self, output_dir: str) -> dict:
+        steps = self.warmup + self.steps
+        on_cpu = not torch.cuda.is_available()
+        arguments = segment_arguments(output_dir, self.batch_size, steps, self.seed)
+        return {**arguments, "bf16": self.bf16, "use_cpu": on_cpu and self.bf16}
+
+    @staticmethod
+    def fresh(model):
+        """The peer's own copy of the initial model (every peer starts from the same weights)."""
+        return copy.deepcopy(model)
+
+    def trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> TrainerPeer:
+        return TrainerPeer(self.build_trainer(peer, model, data, counter, output_dir), counter)
+
+    def build_trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> Trainer:
+        """A fresh trainer for `peer` on a fresh copy of `model`, its batches counted by `counter`."""
+        common = self.common_arguments(output_dir)
+        kw = dict(model=self.fresh(model), train_dataset=data.train, data_collator=counter.wrap(data.collator))
+        if peer in ("stock", "compiled"):
+            args = self.arguments_class(**common, **({"torch_compile": True} if peer == "compiled" else {}))
+            return self.trainer_class(args=args, **kw)
+        arguments_class = turbo_arguments(self.arguments_class)
+        names = attribute_names(arguments_class)
+        backend, options = peer_backend(peer, self.backend)
+        turbo_options = {names["backend"]: backend, names["backend_options"]: options}
+        turbo_options.update({names[name]: off_value(name) for name in self.turbo_off})
+        return turbo(self.trainer_class)(args=arguments_class(**turbo_options, **common), **kw)
+
+
+class TrainerPeer:
+    """One peer's trainer; `train()` trains it with its steps timed and nothing printed."""
+
+    def __init__(self, trainer: Trainer, counter: BatchCounter):
+        self.trainer, self.counter = trainer, counter
+
+    def train(self) -> PeerRecord:
+        trainer = self.trainer
+        clock = StepClock()
+        trainer.add_callback(clock)
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+        backend = getattr(trainer, "backend", None)
+        report = backend.report() if backend is not None else {}
+        name = getattr(backend, "name", "")
+        if "choice" in report:  # a backend that chooses (auto) names what it ran
+            name += f": {report['choice']}"
+        optimized = getattr(trainer, "turbo_report", None)
+        passes = optimized.applied if optimized is not None else []
+        return PeerRecord(
+            seconds=clock.step_seconds(),
+            losses=[entry["loss"] for entry in trainer.state.log_history if "loss" in entry],
+            backend=name or ("inductor" if trainer.args.torch_compile else "eager"),
+            backend_report=report,
+            passes=passes,
+            model=trainer.model,
+            optimizer=trainer.optimizer,
+            logits_bytes=self.logits_bytes(passes, optimized),
+        )
+
+    def logits_bytes(self, passes: list[str], optimized) -> int | None:
+        """The fp32 logits of the step whose head ran on the most rows (None where no work was counted)."""
+        works = [count.work for count in self.counter.counts if count.work]
+        linear = modeling.output_linear(modeling.output_projection(self.trainer.model))
+        if not works or linear is None:
+            return None if not works else 0
+        rows = max(work["padding_free" in passes, "label_sparsity" in passes].head_rows for work in works)
+        chunked = optimized.chunked_ce if optimized is not None else None
+        if chunked is not None and chunked.wants(rows):
+            rows = min(rows, chunk_rows_for(linear.out_features))
+        return rows * linear.out_features * 4

@@ -15,22 +15,29 @@ from rich.console import Console
 from rich.table import Table
 
 import turbotrain
+from turbotrain.bench.workload import UNIT_KEYS
 from turbotrain.utils.cpu import cpu_model, matmul_flags
 from turbotrain.utils.plotting import is_matplotlib_available
 
-COLUMNS = [
-    ("peer", "peer"),
-    ("backend", "backend"),
-    ("tokens/s", "tokens_per_s"),
-    ("x stock", "ratio_to_stock"),
-    ("median step s", "median_step_s"),
-    ("GFLOP/s", "gflops_per_s"),
-    ("MFU", "mfu"),
-    ("first step s", "first_step_s"),
-    ("peak MB", "peak_memory_mb"),
-    ("max abs dloss", "max_abs_loss_diff"),
-    ("max rel dloss", "max_rel_loss_diff"),
-]
+SPLIT = ("weights", "gradients", "optimizer", "logits", "activations")
+
+
+def columns(result: dict) -> list[tuple[str, str]]:
+    """(title, key) of the table's columns: the throughput in the workload's unit, the ratio to its reference."""
+    unit = result.get("unit", "tokens")
+    return [
+        ("peer", "peer"),
+        ("backend", "backend"),
+        (f"{unit}/s", UNIT_KEYS[unit]),
+        (f"x {result.get('reference', 'stock')}", "ratio"),
+        ("median step s", "median_step_s"),
+        ("GFLOP/s", "gflops_per_s"),
+        ("MFU", "mfu"),
+        ("first step s", "first_step_s"),
+        ("peak MB", "peak_memory_mb"),
+        ("max abs dloss", "max_abs_loss_diff"),
+        ("max rel dloss", "max_rel_loss_diff"),
+    ]
 
 
 def environment() -> dict:
@@ -51,7 +58,7 @@ def environment() -> dict:
 
 
 def _cell(key: str, value) -> str:
-    if value is None:
+    if value is None or value == "":
         return "-"
     if isinstance(value, str):
         return value
@@ -61,31 +68,37 @@ def _cell(key: str, value) -> str:
         return f"{value:.1%}"
     if key == "gflops_per_s":
         return f"{value:.1f}"
-    if key == "ratio_to_stock":
+    if key == "ratio":
         return f"{value:.2f}x"
     if key in {"median_step_s", "first_step_s"}:
         return f"{value:.3f}"
+    if key in {"examples_per_s", "mb"}:
+        return f"{value:,.1f}"
     return f"{value:,.0f}"
 
 
 def rows(result: dict) -> list[list[str]]:
-    return [
-        [_cell(k, name if k == "peer" else row.get(k)) for _, k in COLUMNS] for name, row in result["peers"].items()
-    ]
+    keys = [key for _, key in columns(result)]
+    return [[_cell(k, name if k == "peer" else row.get(k)) for k in keys] for name, row in result["peers"].items()]
+
+
+def split_rows(result: dict) -> list[list[str]]:
+    """Per peer: peak MB, then the split of its segment's growth (MB), where measured."""
+    table = []
+    for name, row in result["peers"].items():
+        split = row.get("memory_split_mb")
+        if split:
+            cells = [split.get(f"{part}_mb") for part in SPLIT]
+            table.append([name, _cell("peak", row.get("peak_memory_mb")), *(_cell("mb", c) for c in cells)])
+    return table
 
 
 def markdown(result: dict) -> str:
     env, w = result["environment"], result["workload"]
     hardware = env.get("gpu") or f"{env['cpu']} ({env['torch_threads']} threads)"
-    task = (
-        {"mlm": "RoBERTa MLM", "cls": "RoBERTa sequence classification", "clm": "GPT-2 causal LM"}.get(w["task"])
-        or f"Qwen2-shaped SFT, {'LoRA' if w.get('lora') else 'full fine-tune'}, {'untied' if w.get('untied') else 'tied'},"
-    )
-    off = f" (turbo without {', '.join(w['turbo_off'])})" if w.get("turbo_off") else ""
-    lengths = f"seq {w['seq_len']}" if w["lengths"] == "fixed" else f"variable lengths <= {w['seq_len']}"
+    titles = [title for title, _ in columns(result)]
     lines = [
-        f"### {env['date']}: {task} h{w['hidden_size']} L{w['num_layers']} {lengths} "
-        f"vocab {w['vocab_size']:,} batch {w['batch_size']}{' bf16' if w['bf16'] else ' fp32'}{off}",
+        f"### {env['date']}: {result['title']}",
         "",
         f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "
         f"turbotrain {env['turbotrain']}, Python {env['python']}.",
@@ -94,10 +107,20 @@ def markdown(result: dict) -> str:
         f"memory: {result['memory_kind']}.",
         *_data_lines(result),
         "",
-        "| " + " | ".join(title for title, _ in COLUMNS) + " |",
-        "|" + "---|" * len(COLUMNS),
+        "| " + " | ".join(titles) + " |",
+        "|" + "---|" * len(titles),
+        *("| " + " | ".join(r) + " |" for r in rows(result)),
     ]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(result)]
+    split = split_rows(result)
+    if split:
+        lines += [
+            "",
+            "Peak memory and where the segment's growth went (MB; measure/memory.py: activations are the rest):",
+            "",
+            "| peer | peak MB | " + " | ".join(SPLIT) + " |",
+            "|" + "---|" * (len(SPLIT) + 2),
+            *("| " + " | ".join(r) + " |" for r in split),
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -109,16 +132,19 @@ def _data_lines(result: dict) -> list[str]:
         lines.append(
             f"Matmul peak ({peak['dtype']}, {peak['size']}², measured at the start): "
             f"{peak['flops_per_s'] / 1e9:,.1f} GFLOP/s on {peak['device']}"
-            f"{f' (CPU flags: {flags})' if flags else ''}; MFU = achieved FLOP/s (bench/flops.py) / that."
+            f"{f' (CPU flags: {flags})' if flags else ''}; MFU = achieved FLOP/s (measure/flops.py) / that."
         )
-    if "padding_share" in result:
+    if result.get("padding_share") is not None:
+        label = "Label padding" if result.get("unit") == "label tokens" else "Padding"
         lines.append(
-            f"Padding share of stock's batches (measured steps): {result['padding_share']:.0%}; "
-            f"tokens/s counts real tokens only."
+            f"{label} share of {result.get('reference', 'stock')}'s batches (measured steps): "
+            f"{result['padding_share']:.0%}; {result.get('unit', 'tokens')}/s counts real ones only."
         )
     if "length_histogram" in result:
         shown = ", ".join(f"{k}: {v:,}" for k, v in result["length_histogram"].items())
         lines.append(f"Example lengths (tokens): {shown}.")
+    if "head_share" in result:
+        lines.append(f"Head share (bench/head_share.py): {result['head_share']['line']}.")
     for name, row in result["peers"].items():
         report = row.get("backend_report")
         if report:
@@ -138,8 +164,8 @@ def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[P
     json_path, md_path = out / "bench.json", out / "bench.md"
     json_path.write_text(json.dumps(result, indent=2))
     md_path.write_text(markdown(result))
-    table = Table(title="turbotrain bench")
-    for title, _ in COLUMNS:
+    table = Table(title=f"turbotrain bench: {result.get('title', '')}")
+    for title, _ in columns(result):
         table.add_column(title, justify="right")
     for r in rows(result):
         table.add_row(*r)

@@ -17,19 +17,19 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from turbotrain.bench.workload import Workload
+from turbotrain.bench.workloads.corpus_lm import CorpusLM
 from turbotrain.passes.fused_optimizer import fused_adamw
 from turbotrain.passes.optimize import optimize
 
 
-def batches(workload: Workload, count: int) -> list[dict]:
+def batches(workload: CorpusLM, count: int) -> list[dict]:
     data = workload.data()
     rows = [data.train[i] for i in range(count * workload.batch_size)]
     return [data.collator(rows[i : i + workload.batch_size]) for i in range(0, len(rows), workload.batch_size)]
 
 
-def run(workload: Workload, stock: bool, steps: int, top: int) -> None:
-    model = workload.initial_model().train()
+def run(workload: CorpusLM, stock: bool, steps: int, top: int) -> None:
+    model = workload.model().train()
     if not stock:
         optimize(model)
     optimizer = fused_adamw(model.parameters(), lr=1e-4)
@@ -72,7 +72,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--top", type=int, default=15)
     ns = parser.parse_args()
-    run(Workload(task=ns.task, vocab_size=ns.vocab_size, bf16=ns.bf16), ns.stock, ns.steps, ns.top)
+    run(CorpusLM(task=ns.task, vocab_size=ns.vocab_size, bf16=ns.bf16), ns.stock, ns.steps, ns.top)
 
 
 if __name__ == "__main__":

@@ -1,151 +1,153 @@
-"""The benchmark workload: a RoBERTa model trained on the built-in corpus.
+"""What a benchmark workload is, and the registry `turbotrain bench --task NAME` picks one from.
 
-lengths="fixed" (default): masked LM on blocks of `seq_len` tokens, no padding anywhere. Default
-size: hidden 256, 4 layers, 4 heads, seq 128, vocabulary 50,265 (RoBERTa's), batch 16.
-lengths="variable": every paragraph at its natural length (truncated at `seq_len`), batched with the
-stock collators' dynamic padding (to the longest of the batch): `task="mlm"` masked LM, `task="cls"`
-sequence classification (label: does the paragraph mention "return").
-task="clm" (fixed lengths only): causal LM on the same blocks with a GPT-2 model of the same size
-(`GPT2LMHeadModel`, learned positions, tied head; `--vocab-size 50257` for GPT-2's vocabulary): every
-position is labelled, so label sparsity and packing have nothing to remove (the dense case). On CPython 3.11 the median
-paragraph is 21 tokens and stock padding wastes ~66% of a batch of 16.
+A workload is one file under `bench/workloads/`: a dataclass registered under its task names with
+`@register_workload(...)`. Its fields are its `turbotrain bench` flags (flags.py: names, types, defaults
+and the `help` of each field's metadata); the runner (runner.py) asks it, through the `Workload`
+protocol, for:
 
-The model's vocabulary is the workload's; the tokenizer is trained on the built-in corpus up to that
-size (the corpus yields ~16,000 tokens, so ids above that stay unused, as rare tokens would be).
-`dropout` defaults to 0.1 for fixed lengths and 0 for variable ones: packed rows have other shapes than
-padded ones, so with dropout the two draw different masks and losses agree only statistically.
+* `model()`: the initial model; every peer trains a fresh copy of it, so all start from the same weights;
+* `data()`: what the peers train on (`.train` and `.collator`, and whatever else its peers need);
+* `peers` (a field) and `reference` (the peer the others are compared with: `stock`, or `eager`);
+* `trainer(peer, model, data, counter, output_dir)`: the trainer of one peer, anything whose `train()`
+  returns a `PeerRecord` (peers.py wraps a Transformers Trainer built as a user writes it; the unet
+  workload runs its own loop). It passes the peer's batches through `counter` (counting.py);
+* `unit`: what its throughput counts per step ("tokens": real tokens; "label tokens"; "examples"), and
+  `step_work(batch)`: the FLOP count's work (measure/flops.py) of a batch where `counts_work` (not for
+  encoder-decoder models or the UNet, which the formula does not describe: no GFLOP/s, no MFU);
+* `title()`: the heading of its report row; `extras(model, data)`: what its report adds (a length
+  histogram, the head's share of the step).
+
+`Schedule` holds what every workload shares (rounds, steps, warm-up, peers, seed) and answers the rest
+with defaults; `command()` is the `turbotrain bench` line that reproduces the workload.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
+from typing import Any, ClassVar, Protocol
 
 import torch
-from transformers import (
-    DataCollatorForLanguageModeling,
-    GPT2Config,
-    GPT2LMHeadModel,
-    RobertaForMaskedLM,
-    RobertaForSequenceClassification,
-)
 
-from turbotrain.data import MaskedLMData, build_mlm_data, stdlib_corpus, train_tokenizer
-from turbotrain.data.variable import build_variable_length_data
 from turbotrain.passes.registry import pass_names
-from turbotrain.pretrain.shape import ModelShape
 
-PEERS = ("stock", "compiled", "turbo")
-LENGTHS = ("fixed", "variable")
-TASKS = ("mlm", "cls", "clm", "sft")  # clm: GPT-2 causal LM on fixed blocks; sft: chat-style rows (bench/sft.py)
+TURBO_PASSES = tuple(pass_names())  # every registered pass (passes/registry.py)
+WORKLOADS: dict[str, type] = {}  # task name -> workload class (bench/workloads/ fills it)
+UNIT_KEYS = {"tokens": "tokens_per_s", "label tokens": "label_tokens_per_s", "examples": "examples_per_s"}
+FLAG_NAMES = {"num_layers": "layers", "num_heads": "heads"}  # fields whose flag is not their name
+
+
+def register_workload(*tasks: str):
+    """Class decorator: `turbotrain bench --task <each of tasks>` builds this workload."""
+
+    def register(cls: type) -> type:
+        for task in tasks:
+            WORKLOADS[task] = cls
+        return cls
+
+    return register
+
+
+def flag_of(name: str) -> str:
+    """The command-line flag of a workload field: `num_layers` -> `--layers`, `seq_len` -> `--seq-len`."""
+    return "--" + FLAG_NAMES.get(name, name).replace("_", "-")
 
 
 @dataclass
-class Workload(ModelShape):
-    vocab_size: int = 50265
-    rounds: int = 3
-    steps: int = 5
-    warmup: int = 1
-    peers: tuple[str, ...] = PEERS
-    backend: str = "auto"
-    bf16: bool = False
-    lengths: str = "fixed"
-    task: str = "mlm"
-    dropout: float | None = None
-    turbo_off: tuple[str, ...] = ()
-    lora: bool = False  # sft: train PEFT LoRA adapters only
-    untied: bool = False  # sft: separate input and output embeddings
+class BenchData:
+    """What a workload's peers train on: a dataset and the collator that batches it."""
+
+    train: Any
+    collator: Any
+
+
+@dataclass
+class PeerRecord:
+    """What one peer's segment gives the runner (peers.TrainerPeer for a Trainer; a workload's own loop)."""
+
+    seconds: list[float]  # every step, warm-up included
+    losses: list[float]
+    backend: str = ""
+    backend_report: dict = field(default_factory=dict)
+    passes: list[str] = field(default_factory=list)
+    model: torch.nn.Module | None = None  # for the memory split (measure/memory.py)
+    optimizer: torch.optim.Optimizer | None = None
+    logits_bytes: int | None = None  # None: not counted
+
+
+class Workload(Protocol):
+    task: str
+    peers: tuple[str, ...]
+    rounds: int
+    steps: int
+    warmup: int
+    reference: ClassVar[str]
+    unit: ClassVar[str]
+
+    def model(self) -> torch.nn.Module: ...
+    def data(self) -> Any: ...
+    def trainer(self, peer: str, model, data, counter, output_dir: str) -> Any: ...  # .train() -> PeerRecord
+    @property
+    def counts_work(self) -> bool: ...
+    def step_work(self, batch: dict) -> dict | None: ...
+    def title(self) -> str: ...
+    def extras(self, model, data) -> dict: ...
+    def describe(self) -> dict: ...
+    def command(self) -> str: ...
+
+
+@dataclass
+class Schedule:
+    """What every workload has: interleaved rounds of `warmup + steps` steps per peer."""
+
+    task: str = ""
+    rounds: int = field(default=3, metadata={"help": "rounds of every peer, interleaved"})
+    steps: int = field(default=5, metadata={"help": "measured steps per round and peer"})
+    warmup: int = field(default=1, metadata={"help": "unmeasured steps at the start of each round"})
+    peers: tuple[str, ...] = ()
+    seed: int = 0
+
+    reference: ClassVar[str] = "stock"
+    unit: ClassVar[str] = "tokens"
 
     def __post_init__(self):
-        unknown_passes = set(self.turbo_off) - set(pass_names())
-        if unknown_passes:
-            raise ValueError(f"unknown passes {sorted(unknown_passes)}; choose from {', '.join(pass_names())}")
-        if self.lengths not in LENGTHS or self.task not in TASKS:
-            raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
-        if self.task in ("cls", "sft") and self.lengths == "fixed":
-            raise ValueError(f"task='{self.task}' needs lengths='variable' (rows at their natural lengths)")
-        if self.task == "clm" and self.lengths != "fixed":
-            raise ValueError("task='clm' needs lengths='fixed' (causal LM on fixed blocks)")
-        if self.task == "sft":
-            self._check_sft_peers()
-            return
-        unknown = {p for p in self.peers if p.split(":", 1)[0] not in PEERS or p.startswith(("stock:", "compiled:"))}
-        if unknown or not self.peers:
-            raise ValueError(
-                f"unknown peers {sorted(unknown)}; choose from {', '.join(PEERS)} "
-                "(turbo:<backend> runs TurboTrainer on that backend)"
-            )
+        self.peers = tuple(self.peers)
         if self.rounds < 1 or self.steps < 1 or self.warmup < 0:
             raise ValueError("rounds and steps must be >= 1, warmup >= 0")
-
-    def _check_sft_peers(self) -> None:
-        from turbotrain.bench.sft import SFT_PEERS
-
-        if tuple(self.peers) == PEERS:  # the default peers are the MLM ones; sft has its own
-            self.peers = SFT_PEERS
-        unknown = set(self.peers) - set(SFT_PEERS)
-        if unknown or not self.peers:
-            raise ValueError(f"unknown sft peers {sorted(unknown)}; choose from {', '.join(SFT_PEERS)}")
+        if not self.peers:
+            raise ValueError("no peers to run")
 
     @property
-    def dropout_probability(self) -> float:
-        if self.dropout is not None:
-            return self.dropout
-        return 0.1 if self.lengths == "fixed" else 0.0
+    def device(self) -> torch.device:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+    @property
+    def counts_work(self) -> bool:
+        """Whether `step_work` counts the FLOPs' work of a batch (so GFLOP/s and MFU are reported)."""
+        return False
+
+    def step_work(self, batch: dict) -> dict | None:
+        return None
+
+    def extras(self, model, data) -> dict:
+        return {}
 
     def describe(self) -> dict:
         return asdict(self)
 
     def command(self) -> str:
-        """The `turbotrain bench` command line that reproduces this workload."""
-        flags = []
-        for name, value in asdict(self).items():
-            if value == getattr(Workload, name, None) or name == "peers" and tuple(value) == PEERS or value == ():
+        """The `turbotrain bench` command line that reproduces this workload (fields at their default left out)."""
+        words = ["turbotrain bench", f"--task {self.task}"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "task" or value in (None, ()) or value == _default(f):
                 continue
-            flag = "--" + {"num_layers": "layers", "num_heads": "heads"}.get(name, name).replace("_", "-")
             if isinstance(value, bool):
-                flags.append(flag)
+                words.append(flag_of(f.name))
             else:
-                flags.append(f"{flag} {' '.join(value) if isinstance(value, tuple) else value}")
-        return " ".join(["turbotrain bench", *flags])
+                shown = " ".join(map(str, value)) if isinstance(value, tuple) else value
+                words.append(f"{flag_of(f.name)} {shown}")
+        return " ".join(words)
 
-    def initial_model(self):
-        if self.task == "sft":
-            from turbotrain.bench.sft import sft_model
 
-            return sft_model(self)
-        torch.manual_seed(self.seed)
-        if self.task == "clm":
-            return GPT2LMHeadModel(self.gpt2_config())
-        model_class = RobertaForSequenceClassification if self.task == "cls" else RobertaForMaskedLM
-        return model_class(self.roberta_config(dropout=self.dropout_probability))
-
-    def gpt2_config(self) -> GPT2Config:
-        """GPT-2 layout at this size: FFN 4 x hidden, learned positions for seq_len, tied head."""
-        p = self.dropout_probability
-        return GPT2Config(
-            vocab_size=self.vocab_size,
-            n_embd=self.hidden_size,
-            n_layer=self.num_layers,
-            n_head=self.num_heads,
-            n_positions=self.seq_len,
-            resid_pdrop=p,
-            embd_pdrop=p,
-            attn_pdrop=p,
-            bos_token_id=0,
-            eos_token_id=2,
-            pad_token_id=1,
-        )
-
-    def data(self) -> MaskedLMData:
-        if self.task == "sft":
-            from turbotrain.bench.sft import sft_data
-
-            return sft_data(self)
-        corpus = stdlib_corpus()
-        tokenizer = train_tokenizer(corpus, min(self.vocab_size, 50265))
-        if self.lengths == "variable":
-            return build_variable_length_data(corpus, tokenizer, self.seq_len, self.task, seed=self.seed)
-        data = build_mlm_data(corpus, tokenizer, seq_len=self.seq_len, eval_fraction=0, seed=self.seed)
-        if self.task == "clm":
-            data.collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)  # labels = input_ids
-        return data
+def _default(f: Field):
+    return f.default_factory() if f.default_factory is not MISSING else f.default

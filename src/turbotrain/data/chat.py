@@ -27,9 +27,9 @@ import torch
 from datasets import Dataset
 from transformers import PreTrainedTokenizerBase
 
-from turbotrain.data.cache import cache_dir, digest, write_atomically
 from turbotrain.data.corpus import stdlib_source_files
 from turbotrain.modeling import IGNORE_INDEX
+from turbotrain.utils.cache import cache_dir, digest, write_atomically
 
 
 def _rows_of(path: Path) -> list[tuple[str, str]]:

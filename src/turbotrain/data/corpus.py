@@ -20,7 +20,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from turbotrain.data.cache import cache_dir, digest, write_atomically
+from turbotrain.utils.cache import cache_dir, digest, write_atomically
 
 SKIPPED_DIRS = {"test", "tests", "idle_test", "site-packages", "dist-packages", "__pycache__"}
 MIN_PARAGRAPH_CHARS = 40

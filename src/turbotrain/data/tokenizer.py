@@ -15,8 +15,8 @@ from tokenizers import AddedToken, ByteLevelBPETokenizer
 from tokenizers.processors import RobertaProcessing
 from transformers import PreTrainedTokenizerFast
 
-from turbotrain.data.cache import cache_dir, digest
 from turbotrain.data.corpus import Corpus
+from turbotrain.utils.cache import cache_dir, digest
 
 SPECIAL_TOKENS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 

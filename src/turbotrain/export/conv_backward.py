@@ -95,8 +95,8 @@ def _weight_grad(grad_output, input, kernel, stride, padding, dilation, groups):
 
 def training_decompositions() -> dict:
     """Core ATen decompositions plus the ones above: the table every traced training graph is built with."""
-    from torch._decomp import core_aten_decompositions
+    from turbotrain.torch_boundary import core_aten_decompositions
 
-    table = dict(core_aten_decompositions())
+    table = core_aten_decompositions()
     table[aten.convolution_backward.default] = convolution_backward
     return table

@@ -129,14 +129,14 @@ def export_module(
 
 def trace_aten(fn: Callable, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphModule:
     """`fn(*inputs)` as an FX graph of core ATen ops with symbolic shapes (autograd calls traced through)."""
-    from torch.fx.experimental import _config as fx_config
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from turbotrain.export.conv_backward import training_decompositions
+    from turbotrain.torch_boundary import no_duck_shapes
 
     # No duck shapes: a batch of 2 must not become the same symbol as a 2-label head's weight rows.
-    with sdpa_kernel(SDPBackend.MATH), fx_config.patch(use_duck_shape=False), warnings.catch_warnings():
+    with sdpa_kernel(SDPBackend.MATH), no_duck_shapes(), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return make_fx(fn, tracing_mode="symbolic", decomposition_table=training_decompositions())(*inputs)
 

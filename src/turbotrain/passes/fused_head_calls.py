@@ -15,7 +15,8 @@ computes it. Same numbers as TRL's kernel (both are an fp32 log-softmax of the s
 The gradient reaches the model through `log_probs` (TRL's loss is their sum times one factor, which
 the chunked head's pre-summed weight gradient requires).
 
-Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`).
+Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`;
+what is known of TRL, its flag and its output class live in integrations/trl.py).
 Stepped aside (TRL's own forward runs, one log line): every other caller (DPO, KTO, GRPO weight tokens
 unequally; `loss_type="dft"` too; a model given `optimize()` and handed to TRL), chunked cross-entropy
 set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
@@ -23,24 +24,12 @@ set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
-from transformers.utils import ModelOutput
 
+from turbotrain.integrations.trl import FUSED_LM_HEAD, fused_output_class
 from turbotrain.utils.warnings import log_once
 
-FLAG = "fused_lm_head"
-
-
-def sums_tokens(trainer) -> bool:
-    """TRL's SFTTrainer: its loss is a sum over tokens (so packing rows changes nothing)."""
-    return "SFTTrainer" in {cls.__name__ for cls in type(trainer).__mro__}
-
-
-def sums_log_probs(trainer) -> bool:
-    """TRL's SFTTrainer with the "nll" loss: loss = -Σ log_probs / n, one weight for every token."""
-    return sums_tokens(trainer) and getattr(trainer.args, "loss_type", "nll") == "nll"
+FLAG = FUSED_LM_HEAD
 
 
 def is_fused_call(kwargs: dict) -> bool:
@@ -82,28 +71,10 @@ def fused_output(call, loss: torch.Tensor):
         return full if pre_shifted else full[:, :-1]
 
     label_mask = targets != -100
-    return _output_class()(
+    return fused_output_class()(
         loss=loss,
         log_probs=spread(-call.nll),
         entropy=spread(call.entropy),
         is_top1=spread(call.is_top1),
         label_mask=label_mask if pre_shifted else label_mask[:, :-1],
     )
-
-
-def _output_class():
-    try:
-        from trl.trainer.utils import FusedCausalLMOutput
-    except ImportError:  # an older or newer TRL: the same fields on a plain ModelOutput
-        return _FusedOutput
-    return FusedCausalLMOutput
-
-
-@dataclass
-class _FusedOutput(ModelOutput):
-    loss: torch.Tensor | None = None
-    log_probs: torch.Tensor | None = None
-    entropy: torch.Tensor | None = None
-    is_top1: torch.Tensor | None = None
-    label_mask: torch.Tensor | None = None
-    aux_loss: torch.Tensor | None = None

@@ -19,6 +19,7 @@ import torch
 from transformers.training_args import OptimizerNames
 
 from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.torch_boundary import fused_optimizer_devices
 
 ORT_FUSED_ALIAS = "adamw_ort_fused"
 FUSABLE = {OptimizerNames.ADAMW_TORCH.value, OptimizerNames.ADAMW_TORCH_FUSED.value}
@@ -26,12 +27,7 @@ FUSABLE = {OptimizerNames.ADAMW_TORCH.value, OptimizerNames.ADAMW_TORCH_FUSED.va
 
 def fused_adamw_devices() -> set[str]:
     """Device types for which this torch build has a fused AdamW kernel."""
-    try:
-        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-        return set(_get_fused_kernels_supported_devices())
-    except ImportError:  # older torch: CUDA only had it
-        return {"cuda"}
+    return fused_optimizer_devices()
 
 
 def has_fused_adamw(device: torch.device | str) -> bool:

@@ -48,16 +48,18 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.modeling import IGNORE_INDEX
+from turbotrain.batch_keys import (
+    IGNORE_INDEX,
+    PADDED_LABELS,
+    PRIVATE_KEYS,  # noqa: F401  (named here for padding_free.py)
+    REAL_TOKENS,
+    SEGMENTS,
+    SEQUENCE_STARTS,
+)
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-SEQUENCE_STARTS = "turbotrain_sequence_starts"
-PADDED_LABELS = "turbotrain_padded_labels"
-REAL_TOKENS = "turbotrain_real_tokens"
-SEGMENTS = "turbotrain_segments"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS)
 MASK_MODES = ("block", "positions", "layers")
 
 

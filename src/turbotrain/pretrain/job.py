@@ -146,11 +146,11 @@ def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Cur
 
 
 def _mfu_line(trainer, prepared: Prepared, result: PretrainResult) -> str:
-    """The run's achieved FLOP/s against this machine's measured matmul peak (bench/flops.py's formula).
+    """The run's achieved FLOP/s against this machine's measured matmul peak (measure/flops.py's formula).
 
     Attention is counted at the mean paragraph length; the head on the 15% masked rows when label
     sparsity ran, on every token otherwise."""
-    from turbotrain.bench import flops
+    from turbotrain.measure import flops
 
     tokens = int(result.tokens_per_second * result.train_seconds)
     mean_length = max(1, round(prepared.data.train_tokens / max(len(prepared.data.train), 1)))

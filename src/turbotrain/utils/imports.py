@@ -14,6 +14,7 @@ EXTRA_OF_PACKAGE = {
     "onnx": "onnx",
     "onnxscript": "onnx",
     "jax": "xla",
+    "jaxlib": "xla",
     "torchax": "xla",
     "optax": "xla",
     "optuna": "hpo",
@@ -21,6 +22,7 @@ EXTRA_OF_PACKAGE = {
     "matplotlib": "plot",
     "peft": "llm",
     "trl": "llm",
+    "diffusers": "diffusion",
 }
 
 
@@ -44,6 +46,11 @@ def is_peft_available() -> bool:
 
 def is_trl_available() -> bool:
     return is_available("trl")
+
+
+def extra_packages(extra: str) -> tuple[str, ...]:
+    """The packages the extra `extra` installs (pyproject's optional dependencies, as named above)."""
+    return tuple(package for package, owner in EXTRA_OF_PACKAGE.items() if owner == extra)
 
 
 def require(package: str, feature: str) -> None:

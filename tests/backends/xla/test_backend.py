@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.backends.xla import requires_xla
 from tests.tiny_models import make
 from tests.trainer_helpers import dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
@@ -31,7 +30,7 @@ def test_missing_packages_name_the_extra(monkeypatch, tmp_path):
         get_backend("xla").check_available(TurboTrainingArguments(output_dir=str(tmp_path)))
 
 
-@requires_xla
+@pytest.mark.requires_xla
 def test_shape_changing_and_autograd_passes_are_turned_off(tmp_path):
     trainer = xla_trainer(tmp_path)
     assert not trainer.turbo_options.padding_free and not trainer.turbo_options.embedding_grad
@@ -44,7 +43,7 @@ class OwnLoss(TurboTrainer):
         return super().compute_loss(model, inputs, **kwargs)
 
 
-@requires_xla
+@pytest.mark.requires_xla
 @pytest.mark.parametrize(
     ("overrides", "trainer_class", "message"),
     [

@@ -3,22 +3,16 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from tests.backends.xla import requires_xla
+from tests.requires import lazy_module
 
-jax = pytest.importorskip("jax", reason="needs the xla extra")
-optax = pytest.importorskip("optax", reason="needs the xla extra")
-pytestmark = requires_xla
-
-import numpy as np
-
-from turbotrain.backends.xla.optimizer import (
-    clip_like_torch,
-    torch_adamw,
-    with_learning_rate,
-)
+jax = lazy_module("jax")
+optax = lazy_module("optax")
+xla_optimizer = lazy_module("turbotrain.backends.xla.optimizer")  # imports jax
+pytestmark = pytest.mark.requires_xla
 
 SHAPES = {"weight": (7, 5), "bias": (5,)}
 DECAY = {"weight": True, "bias": False}
@@ -37,7 +31,7 @@ def test_matches_torch_adamw_with_clipping():
         eps=1e-6,
     )
     params = {name: jax.numpy.asarray(p.detach().numpy()) for name, p in torch_params.items()}
-    adamw = torch_adamw(0.9, 0.98, 1e-6, 0.1, DECAY)
+    adamw = xla_optimizer.torch_adamw(0.9, 0.98, 1e-6, 0.1, DECAY)
     state = adamw.init(params)
     for step, lr in enumerate([1e-2, 5e-3, 2e-2, 1e-3, 1e-2]):
         scale = 0.1 if step % 2 else 10.0  # alternately below and above the clipping norm
@@ -49,8 +43,8 @@ def test_matches_torch_adamw_with_clipping():
         torch.nn.utils.clip_grad_norm_(list(torch_params.values()), 1.0)
         optimizer.step()
         jax_grads = {name: jax.numpy.asarray(g.numpy()) for name, g in grads.items()}
-        jax_grads = clip_like_torch(jax_grads, optax.global_norm(jax_grads), 1.0)
-        updates, state = adamw.update(jax_grads, with_learning_rate(state, lr), params)
+        jax_grads = xla_optimizer.clip_like_torch(jax_grads, optax.global_norm(jax_grads), 1.0)
+        updates, state = adamw.update(jax_grads, xla_optimizer.with_learning_rate(state, lr), params)
         params = optax.apply_updates(params, updates)
         for name, p in torch_params.items():
             np.testing.assert_allclose(

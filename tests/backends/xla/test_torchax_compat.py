@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.backends.xla import requires_xla
 from turbotrain.backends.xla.torchax_compat import (
     RemovedOverload,
     named_dimension_overloads_tolerated,
@@ -33,7 +32,7 @@ def test_only_named_dimension_overloads_become_placeholders_and_only_inside():
         torch.ops.aten.prod.dim_Dimname  # noqa: B018 (attribute access is the test)
 
 
-@requires_xla
+@pytest.mark.requires_xla
 def test_torchax_imports_and_dataloaders_still_pin_memory():
     script = (
         "import torch\n"

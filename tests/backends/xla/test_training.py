@@ -17,10 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.xla import requires_xla
 from tests.trainer_helpers import assert_losses_close
 
-pytestmark = requires_xla
+pytestmark = pytest.mark.requires_xla
 
 ROOT = Path(__file__).resolve().parents[3]
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "JAX_PLATFORMS": "cpu"}

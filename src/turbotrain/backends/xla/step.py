@@ -30,6 +30,7 @@ from turbotrain.backends.xla.mesh import replicated, split_batch
 from turbotrain.backends.xla.optimizer import clip_like_torch, with_learning_rate
 from turbotrain.backends.xla.state import TrainState
 from turbotrain.backends.xla.torchax_compat import import_torchax
+from turbotrain.jax_boundary import jit_cache_size
 
 
 class CompiledStep:
@@ -95,7 +96,7 @@ class CompiledStep:
 
     def compiles(self) -> int:
         """How many programs jax compiled for this step so far (one per input shape, ideally)."""
-        return getattr(self._jitted, "_cache_size", lambda: -1)()  # jax-private; -1 where it is gone
+        return jit_cache_size(self._jitted)  # -1 where jax no longer says
 
     def used_label_sparsity(self) -> bool:
         return any(ROWS in dict(shape) for shape in self.compiled_shapes)

@@ -27,7 +27,8 @@ import importlib
 import sys
 
 import torch
-from torch._ops import OpOverloadPacket
+
+from turbotrain.torch_boundary import OpOverloadPacket
 
 TESTED_TORCHAX = "0.0.13"
 # torchax imports its op tables when its first Environment is made; the shim imports them up front

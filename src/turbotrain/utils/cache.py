@@ -1,6 +1,9 @@
-"""Where turbotrain keeps what it makes once per machine (collected corpus, trained tokenizers).
+"""Where turbotrain keeps what it makes once per machine: the collected corpus and trained tokenizers
+(data/), the `auto` backend's measured choices, the onnxruntime backend's exported graphs.
 
-`$TURBOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/turbotrain`, else `~/.cache/turbotrain`.
+`$TURBOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/turbotrain`, else `~/.cache/turbotrain`, read at each
+call (so a test or a job can point it elsewhere at any time). `cache_dir()` creates it; `cache_root()`
+only names it.
 """
 
 from __future__ import annotations
@@ -10,11 +13,15 @@ import os
 from pathlib import Path
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
     root = os.environ.get("TURBOTRAIN_CACHE")
     if root is None:
         root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "turbotrain"
-    path = Path(root)
+    return Path(root)
+
+
+def cache_dir() -> Path:
+    path = cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -117,7 +117,7 @@ def run_line(
 ) -> str:
     """MFU of a whole training run on fixed blocks of `seq_len` (the main job's line): measures the peak
     now (~1 s), counts `tokens` through the body, `head_rows` (default: all tokens) through the head."""
-    from turbotrain.bench.peak import matmul_peak
+    from turbotrain.measure.peak import matmul_peak
 
     work = StepWork(tokens, tokens if head_rows is None else head_rows, tokens * seq_len)  # rows·T² = tokens·T
     peak = matmul_peak(torch.bfloat16 if bf16 else torch.float32, device)

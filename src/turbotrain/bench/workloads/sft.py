@@ -1,0 +1,111 @@
+"""`--task sft`: supervised fine-tuning of a decoder on chat-style rows, at a published model's shape.
+
+Model: `--shape` (bench/shapes.py): `small` (default: a Qwen2 layout, hidden 256, 4 layers, 4 heads with
+half as key/value heads, SwiGLU FFN of 4 x hidden, vocabulary 50,265) or a published config
+(`gemma3-270m`, `qwen2.5-0.5b`, `llama3.2-1b`, `qwen3-1.7b`), random weights; `--hidden-size`, `--layers`,
+`--heads`, `--vocab-size` override the shape's; tied input and output embeddings unless `--untied`;
+`--lora` wraps it with PEFT LoRA (r=16, alpha 32, on q/k/v/o and the MLP projections), so only the
+adapters train. Dropout 0 (`--dropout`).
+Data (data/chat.py): prompt = a standard-library function's signature and first docstring line,
+completion = the rest of its docstring, completion-only labels, dynamic padding, truncated at
+`--seq-len`. The tokenizer is the built-in corpus's (~16,000 tokens): ids above stay unused, as the
+rare tokens of a real 151,936-token vocabulary would.
+
+Peers, built as a user writes them, same weights and batches:
+* `stock`: `Trainer`; `turbo`: `TurboTrainer` (and `compiled`, `turbo:<backend>`: bench/peers.py);
+* `trl`: TRL's `SFTTrainer` with `SFTConfig(completion_only_loss=True)` on the same token ids (TRL builds
+  the labels from `completion_mask`); `trl+turbo`: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)`.
+Both TRL peers run with `gradient_checkpointing=False` (TRL's default is True) and fp32, as the
+Trainer peers do, so every peer does the same work.
+Reported beside tokens/s and MFU: peak memory and its split (weights, gradients, optimizer state,
+logits, activations), where a published shape's memory goes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING
+
+from turbotrain.args import turbo_arguments
+from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
+from turbotrain.bench.shapes import SHAPES, shape_config
+from turbotrain.bench.workload import register_workload
+from turbotrain.data import stdlib_corpus, train_tokenizer
+from turbotrain.data.chat import SftData, build_sft_data
+from turbotrain.data.variable import length_histogram
+from turbotrain.integrations.trl import sft_classes
+from turbotrain.trainer import turbo
+from turbotrain.utils.imports import require
+
+SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
+
+
+@register_workload("sft")
+@dataclass
+class Sft(TrainerWorkload):
+    peers: tuple[str, ...] = field(default=SFT_PEERS, metadata={"help": "stock trl trl+turbo turbo compiled"})
+    shape: str = field(default="small", metadata={"help": "a published model's shape", "choices": SHAPES})
+    hidden_size: int | None = field(default=None, metadata={"help": "default: the shape's (small: 256)"})
+    num_layers: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
+    num_heads: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
+    vocab_size: int | None = field(default=None, metadata={"help": "default: the shape's (small: 50,265)"})
+    seq_len: int = field(default=128, metadata={"help": "rows are truncated at this many tokens"})
+    lora: bool = field(default=False, metadata={"help": "train PEFT LoRA adapters only"})
+    untied: bool = field(default=False, metadata={"help": "separate input and output embeddings"})
+    dropout: float = field(default=0.0, metadata={"help": "attention dropout"})
+
+    own_peers = ("trl", "trl+turbo")
+    causal = True
+
+    def config(self):
+        overrides = {name: getattr(self, mine) for mine, name in OVERRIDES.items() if getattr(self, mine)}
+        if self.vocab_size:
+            overrides["vocab_size"] = self.vocab_size
+        return shape_config(
+            self.shape, seq_len=self.seq_len, overrides=overrides, untied=self.untied, dropout=self.dropout
+        )
+
+    def model(self):
+        config = self.config()
+        torch.manual_seed(self.seed)
+        model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
+        if not self.lora:
+            return model
+        require("peft", "the sft workload's --lora")
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+        return get_peft_model(model, lora)
+
+    def data(self) -> SftData:
+        tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
+        return build_sft_data(tokenizer, self.seq_len, seed=self.seed)
+
+    def trainer(self, peer: str, model, data: SftData, counter, output_dir: str) -> TrainerPeer:
+        if peer not in ("trl", "trl+turbo"):
+            return super().trainer(peer, model, data, counter, output_dir)
+        config_class, trainer_class = sft_classes(f"the sft workload's '{peer}' peer")
+        if peer == "trl+turbo":
+            config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
+        common = self.common_arguments(output_dir)
+        args = config_class(**common, completion_only_loss=True, gradient_checkpointing=False, max_length=None)
+        trainer = trainer_class(
+            model=self.fresh(model), args=args, train_dataset=data.trl_train, processing_class=data.tokenizer
+        )
+        trainer.data_collator = counter.wrap(trainer.data_collator)  # TRL's own collator, counted
+        return TrainerPeer(trainer, counter)
+
+    def title(self) -> str:
+        config = self.config()
+        mode = "LoRA" if self.lora else "full fine-tune"
+        shape = f"{self.shape} ({config.model_type})" if self.shape != "small" else "Qwen2-shaped"
+        sizes = f"h{config.hidden_size} L{config.num_hidden_layers} vocab {config.vocab_size:,}"
+        lengths = f"variable lengths <= {self.seq_len} batch {self.batch_size}"
+        return f"SFT {shape}, {mode}, {'untied' if self.untied else 'tied'}, {sizes} {lengths}{self.run_suffix()}"
+
+    def extras(self, model, data) -> dict:
+        return {"length_histogram": length_histogram([len(ids) for ids in data.train["input_ids"]])}

@@ -1,0 +1,109 @@
+"""TRL, in one place: what turbotrain knows of TRL's trainers, keyed on TRL's public classes and attributes.
+
+TRL is the `llm` extra. Nothing here imports it until asked for a TRL class, and the questions about a
+trainer answer "no" while TRL is not imported (no class can derive from `SFTTrainer` before then).
+
+* `is_sft_trainer(trainer)`: an instance or subclass of TRL's `SFTTrainer`. Its loss is a sum over the
+  tokens (`sums_tokens`), so packing rows changes nothing: the trainer lets padding-free run for it
+  (for other trainers that compute their own loss, it steps aside).
+* `sums_log_probs(trainer)`: `SFTTrainer` with `args.loss_type == "nll"`, whose loss is -Σ log_probs / n,
+  one weight for every token: the only caller whose `fused_lm_head` calls the chunked head answers
+  (passes/fused_head_calls.py). `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output
+  TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
+  TRL release has no such class).
+* `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
+  (`counts_tokens_from_mask`): `SFTTrainer` adds `inputs["attention_mask"].sum()` to its `num_tokens`
+  metric; a packed batch's mask is the [R, 1, C, C] block mask, so the count is corrected to the real
+  tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
+  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/integrations/test_trl.py): the one place
+  turbotrain touches a private TRL name.
+* `sft_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`, or an ImportError naming the extra.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import torch
+from transformers.utils import ModelOutput
+
+from turbotrain.batch_keys import REAL_TOKENS
+from turbotrain.utils.imports import require
+
+FUSED_LM_HEAD = "fused_lm_head"
+TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")
+
+
+def sft_classes(feature: str) -> tuple[type, type]:
+    """(SFTConfig, SFTTrainer); ImportError naming `pip install 'turbotrain[llm]'` without TRL."""
+    require("trl", feature)
+    from trl import SFTConfig, SFTTrainer
+
+    return SFTConfig, SFTTrainer
+
+
+def _loaded_sft_trainer() -> type | None:
+    if "trl" not in sys.modules:
+        return None
+    from trl import SFTTrainer
+
+    return SFTTrainer
+
+
+def is_sft_trainer(trainer) -> bool:
+    """`trainer` (an instance or a class) is TRL's SFTTrainer or derives from it."""
+    sft = _loaded_sft_trainer()
+    trainer_class = trainer if isinstance(trainer, type) else type(trainer)
+    return sft is not None and issubclass(trainer_class, sft)
+
+
+def sums_tokens(trainer) -> bool:
+    """TRL's SFTTrainer: its loss is a sum over tokens (so packing rows changes nothing)."""
+    return is_sft_trainer(trainer)
+
+
+def sums_log_probs(trainer) -> bool:
+    """TRL's SFTTrainer with the "nll" loss: loss = -Σ log_probs / n, one weight for every token."""
+    return is_sft_trainer(trainer) and getattr(trainer.args, "loss_type", "nll") == "nll"
+
+
+def counts_tokens_from_mask(trainer_class: type) -> bool:
+    """`trainer_class` computes its loss with SFTTrainer's own `compute_loss`, which counts `num_tokens` on
+    the attention mask (a user's subclass that overrides it is left as it is)."""
+    sft = _loaded_sft_trainer()
+    return sft is not None and getattr(trainer_class, "compute_loss", None) is sft.compute_loss
+
+
+class TrlTokenCount:
+    """SFTTrainer's `num_tokens` metric counted on a packed batch's real tokens (see the module docstring).
+    Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
+
+    def compute_loss(self, model, inputs, *args, **kwargs):
+        mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
+        result = super().compute_loss(model, inputs, *args, **kwargs)
+        if real is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
+            difference = torch.as_tensor(real, device=mask.device) - mask.sum()
+            total = self.accelerator.gather_for_metrics(difference.reshape(1)).sum().item()
+            self._total_train_tokens += total // getattr(self, "_tp_size", 1)
+            self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
+        return result
+
+
+def fused_output_class() -> type:
+    """The class of a `fused_lm_head` call's output: TRL's own, or the same fields on a ModelOutput."""
+    try:
+        from trl.trainer.utils import FusedCausalLMOutput
+    except ImportError:  # an older or newer TRL: the same fields on a plain ModelOutput
+        return FusedOutput
+    return FusedCausalLMOutput
+
+
+@dataclass
+class FusedOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    is_top1: torch.Tensor | None = None
+    label_mask: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None

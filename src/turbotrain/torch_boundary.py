@@ -1,0 +1,77 @@
+"""The boundary with torch's private names: every one turbotrain uses is used here, and only here.
+
+torch moves and renames its private modules between releases (`torch._inductor`, `torch._dynamo`,
+`torch._decomp`, `torch.utils._*`), as Transformers does its Trainer privates (hf_boundary.py). turbotrain
+needs a few, so they are confined to this module, their signatures and keys are pinned by
+`tests/test_torch_boundary.py`, and that test fails if a private torch name appears anywhere else in the
+package (jax's one private, a jitted function's cache size, is in jax_boundary.py, under the same test).
+
+* `inductor_compile(graph, example_inputs, config_patches)`: Inductor's compiler as a Dynamo backend,
+  with `config_patches` (keys of `torch._inductor.config`, e.g. the inductor backend's exact settings).
+* `uncompile(module)`: undo `nn.Module.compile` (torch keeps the compiled call in `_compiled_call_impl`).
+* `aot_autograd(...)`: Dynamo's AOTAutograd backend factory (forward and backward graph compilers).
+* `core_aten_decompositions()`: the core ATen decomposition table every traced training graph starts from.
+* `no_duck_shapes()`: symbolic tracing without duck shapes (equal sizes stay distinct symbols).
+* `TorchDispatchMode`, `OpOverloadPacket`: the classes behind `__torch_dispatch__` modes and `torch.ops.*.*`.
+* `op_arguments(op)`: an ATen overload's schema arguments (name, default_value).
+* `fused_optimizer_devices()`: the device types with a fused (single-kernel) AdamW in this torch build.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch._ops import OpOverloadPacket
+from torch.utils._python_dispatch import TorchDispatchMode
+
+__all__ = [
+    "OpOverloadPacket",
+    "TorchDispatchMode",
+    "aot_autograd",
+    "core_aten_decompositions",
+    "fused_optimizer_devices",
+    "inductor_compile",
+    "no_duck_shapes",
+    "op_arguments",
+    "uncompile",
+]
+
+
+def inductor_compile(graph_module: torch.fx.GraphModule, example_inputs, config_patches: dict):
+    from torch._inductor.compile_fx import compile_fx
+
+    return compile_fx(graph_module, example_inputs, config_patches=dict(config_patches))
+
+
+def uncompile(module: nn.Module) -> None:
+    module._compiled_call_impl = None
+
+
+def aot_autograd(**kwargs):
+    from torch._dynamo.backends.common import aot_autograd as make
+
+    return make(**kwargs)
+
+
+def core_aten_decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions as table
+
+    return dict(table())
+
+
+def no_duck_shapes():
+    from torch.fx.experimental import _config as fx_config
+
+    return fx_config.patch(use_duck_shape=False)
+
+
+def op_arguments(op) -> list:
+    return list(op._schema.arguments)
+
+
+def fused_optimizer_devices() -> set[str]:
+    try:
+        from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+    except ImportError:  # older torch: CUDA only had it
+        return {"cuda"}
+    return set(_get_fused_kernels_supported_devices())
