@@ -42,6 +42,7 @@ def test_every_extra_of_pyproject_has_a_marker_with_its_packages():
         for name, specs in re.findall(r"^(\w+) = \[(.*?)\]", section, re.M | re.S)
     }
     extras.pop("dev")
+    extras.pop("gpucheck", None)  # the device check's peers (scripts/gpu_check.py), installed on a GPU machine only
     assert set(extras) == set(EXTRA_OF_PACKAGE.values()) and set(extras) <= set(requires.REQUIREMENTS)
     for extra, names in extras.items():
         assert set(names) == set(extra_packages(extra)), extra

@@ -75,3 +75,15 @@ def fused_optimizer_devices() -> set[str]:
     except ImportError:  # older torch: CUDA only had it
         return {"cuda"}
     return set(_get_fused_kernels_supported_devices())
+
+
+def compiled_graph_count() -> int:
+    """Graphs Dynamo and AOTAutograd compiled in this process so far (`torch._dynamo.utils.counters`)."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"] + counters["aot_autograd"]["total"]
+
+
+def norms_fp32(tensors: list) -> list:
+    """Each tensor's fp32 2-norm in one fused pass (`torch._foreach_norm`)."""
+    return torch._foreach_norm(tensors, 2, dtype=torch.float32)

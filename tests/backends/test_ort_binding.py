@@ -11,9 +11,7 @@ import torch
 from tests import tiny_models
 from tests.parity import assert_same_relative_to_scale, loss_and_grads
 
-pytest.importorskip("onnxruntime")
-pytest.importorskip("onnxscript")
-pytestmark = pytest.mark.onnx
+pytestmark = pytest.mark.requires_onnx
 
 from turbotrain.backends import BackendUnavailable, ort_binding  # noqa: E402
 from turbotrain.backends.onnxruntime import OrtOptions, ort_compiler, ort_config  # noqa: E402

@@ -27,7 +27,6 @@ from scripts.hf_examples import (
 )
 
 from tests.launch.tiny_scripts import DATA_PARALLEL
-from turbotrain.utils.imports import is_trl_available
 
 HF_EXAMPLES = os.environ.get("TURBOTRAIN_HF_EXAMPLES")
 PASSES_ACTIVE = ("label_sparsity", "padding_free")
@@ -53,8 +52,7 @@ def assert_same_losses_with_passes(stock, turbo, name: str) -> None:
     assert all(name in turbo.summary for name in PASSES_ACTIVE), turbo.summary
 
 
-@pytest.mark.llm
-@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+@pytest.mark.requires_llm
 def test_trl_sft_script_through_turbotrain_run_matches_stock(work):
     w, env = work
     sft = example(w, "sft")
@@ -74,8 +72,7 @@ def test_transformers_example_through_turbotrain_run_matches_stock(work, name):
     assert runs["run"].metrics, "the evaluation ran and compared"
 
 
-@pytest.mark.llm
-@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+@pytest.mark.requires_llm
 def test_trl_sft_script_under_torchrun_m_turbotrain_matches_stock_torchrun(work):
     w, env = work
     sft = example(w, "sft")

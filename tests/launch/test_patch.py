@@ -13,7 +13,6 @@ from transformers import HfArgumentParser, Seq2SeqTrainer, Trainer, TrainingArgu
 from turbotrain import TurboSeq2SeqTrainer, TurboSeq2SeqTrainingArguments, TurboTrainer, TurboTrainingArguments
 from turbotrain.launch.patch import install
 from turbotrain.trainer import TurboMixin
-from turbotrain.utils.imports import is_trl_available
 
 
 @pytest.fixture
@@ -67,7 +66,7 @@ def test_a_script_s_subclass_is_a_turbotrain_trainer_and_still_a_trainer(patched
     assert issubclass(MyTrainer, TurboMixin) and issubclass(MyTrainer, Trainer)
 
 
-@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+@pytest.mark.requires_llm
 def test_trl_names_become_turbotrain_s_and_trl_keeps_its_own_classes(patched):
     import trl
     import trl.trainer
@@ -105,7 +104,7 @@ def test_arguments_with_run_defaults_pickle_as_their_turbotrain_class(patched, t
     assert type(pickle.loads(pickle.dumps(args))) is TurboTrainingArguments
 
 
-@pytest.mark.skipif(not is_trl_available(), reason="needs the llm extra (trl)")
+@pytest.mark.requires_llm
 @pytest.mark.parametrize("patched", [{"padding_free": False}], indirect=True)
 def test_trl_config_with_run_defaults_keeps_trl_s_padding_free_and_pickles(patched, tmp_path):
     import trl

@@ -116,9 +116,9 @@ def length_bucket(dataloader) -> str:
 
 def compiles_so_far() -> int:
     """Graphs Dynamo and AOTAutograd compiled in this process so far (a step that raises it compiled)."""
-    from torch._dynamo.utils import counters
+    from turbotrain.torch_boundary import compiled_graph_count
 
-    return counters["stats"]["unique_graphs"] + counters["aot_autograd"]["total"]
+    return compiled_graph_count()
 
 
 def read_cache(key: str) -> dict | None:

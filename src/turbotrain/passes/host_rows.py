@@ -24,6 +24,9 @@ batches stay as they were (and the numbers are the same either way).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
+
+from turbotrain.batch_keys import IGNORE_INDEX
 
 ROWS = "turbotrain_label_rows"
 TARGETS = "turbotrain_label_targets"
@@ -47,8 +50,6 @@ class HostRowsCollator:
         labels = batch.get("labels") if hasattr(batch, "get") else None
         if not torch.is_tensor(labels) or labels.dim() != 2 or labels.is_floating_point():
             return batch
-        from turbotrain.passes.label_sparsity import labelled_rows  # label_sparsity imports this module
-
         rows, targets = labelled_rows(labels, self.causal)
         batch[ROWS], batch[TARGETS] = rows, targets
         batch[GRID] = labels.new_empty(*labels.shape, 0)
@@ -69,3 +70,15 @@ def rows_for(given, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] |
         return None
     rows, targets = given[0], given[1]
     return rows.to(labels.device, non_blocking=True), targets.to(labels.device, non_blocking=True)
+
+
+def shifted_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
+    """The target of each position: the next label for a causal LM (Transformers shifts in its loss)."""
+    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
+
+
+def labelled_rows(labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, targets): the flattened [B*T] positions whose target is not -100, and those targets."""
+    flat = shifted_targets(labels, causal).reshape(-1)
+    rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
+    return rows, flat.index_select(0, rows)

@@ -53,7 +53,6 @@ import contextlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from turbotrain.modeling import (
@@ -67,6 +66,7 @@ from turbotrain.modeling import (
 )
 from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
 from turbotrain.passes.chunked_ce import ChunkedHead
+from turbotrain.passes.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.registry import PassSpec, Setup, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
@@ -108,18 +108,6 @@ def find_head(model: nn.Module) -> HeadLocation | None:
     if top is base or _has_active_dropout(top):
         module, where = (output, name)
     return HeadLocation(module=module, name=where, causal=is_causal_lm(model), seq2seq=is_seq2seq_lm(model))
-
-
-def shifted_targets(labels: torch.Tensor, causal: bool) -> torch.Tensor:
-    """The target of each position: the next label for a causal LM (Transformers shifts in its loss)."""
-    return F.pad(labels[:, 1:], (0, 1), value=IGNORE_INDEX) if causal else labels
-
-
-def labelled_rows(labels: torch.Tensor, causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """(rows, targets): the flattened [B*T] positions whose target is not -100, and those targets."""
-    flat = shifted_targets(labels, causal).reshape(-1)
-    rows = (flat != IGNORE_INDEX).nonzero().squeeze(1)
-    return rows, flat.index_select(0, rows)
 
 
 def kept_rows(labels: torch.Tensor, causal: bool, padded_count: int) -> tuple[torch.Tensor, torch.Tensor]:

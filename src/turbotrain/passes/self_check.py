@@ -141,7 +141,9 @@ def _loss_and_bad_gradients(call: Callable, trainable: list, precision: RunPreci
     if not grads:
         return loss.detach(), set()
     # a tensor's fp32 norm is NaN or inf iff it holds a NaN or an inf (or values past ~1e19): one fused pass, one read
-    norms = torch._foreach_norm([g for _, g in grads], 2, dtype=torch.float32)
+    from turbotrain.torch_boundary import norms_fp32
+
+    norms = norms_fp32([g for _, g in grads])
     finite = torch.isfinite(torch.stack([n.to(norms[0].device) for n in norms])).tolist()
     return loss.detach(), {i for (i, _), ok in zip(grads, finite) if not ok}
 
