@@ -101,9 +101,10 @@ def train(
     collator = RightPaddingCollator(PAD[family])
     clock = StepClock(kill_at)
     common = {**COMMON, **overrides, "output_dir": str(out)}
-    if backend is None:  # under torchrun: stock DDP, the global batch split over the processes
+    if backend is None:  # under torchrun: stock DDP over gloo (use_cpu), the global batch split over the processes
         processes = int(os.environ.get("WORLD_SIZE", "1"))
-        args = TrainingArguments(per_device_train_batch_size=GLOBAL_BATCH // processes, **common)
+        ddp = {"use_cpu": True} if processes > 1 else {}
+        args = TrainingArguments(per_device_train_batch_size=GLOBAL_BATCH // processes, **{**ddp, **common})
         trainer_class = Trainer
     else:
         mesh_devices = devices or int(os.environ["POD_DEVICES"])  # the pod's devices, all hosts together

@@ -118,11 +118,20 @@ class Hosts:
 
 def connect(host_timeout_s: float) -> Hosts:
     """Join the pod this process was launched into (see the module docstring); one host if none."""
-    if not jax.distributed.is_initialized():
+    if not _initialized():
         launch = launch_environment()
         if launch is not None:
             _initialize(launch, host_timeout_s)
     return Hosts(jax.process_count(), jax.process_index())
+
+
+def _initialized() -> bool:
+    is_initialized = getattr(jax.distributed, "is_initialized", None)  # newer jax
+    if is_initialized is not None:
+        return bool(is_initialized())
+    from turbotrain.backends.xla.watchdog import coordination_client
+
+    return coordination_client() is not None
 
 
 def _initialize(launch: Launch, host_timeout_s: float) -> None:

@@ -60,7 +60,7 @@ class CompiledStep:
         self.autocast_dtype = autocast_dtype
         self.env = import_torchax().default_env()
         self.compiled_shapes: set[tuple] = set()
-        self.hosts = len({device.process_index for device in mesh.devices.flat})
+        self.host_count = len({device.process_index for device in mesh.devices.flat})
         whole = replicated(mesh)
         self._jitted = jax.jit(self._step, out_shardings=(state_sharding or whole, whole, whole), donate_argnums=(0,))
 
@@ -118,7 +118,7 @@ class CompiledStep:
         sharding = split_batch(self.mesh, leading_axes=1)
         return {
             name: jax.make_array_from_process_local_data(
-                sharding, value, (value.shape[0], value.shape[1] * self.hosts, *value.shape[2:])
+                sharding, value, (value.shape[0], value.shape[1] * self.host_count, *value.shape[2:])
             )
             for name, value in arrays.items()
         }

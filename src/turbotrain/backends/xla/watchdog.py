@@ -23,6 +23,7 @@ watchdog is off and jax's heartbeat limit applies.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -147,8 +148,6 @@ class HostWatchdog:
 
 def watch_hosts(hosts, timeout: float):
     """A started-on-enter watchdog for a pod of several hosts, or a context that does nothing."""
-    import contextlib
-
     client = coordination_client() if hosts.several else None
     if client is None:
         if hosts.several:
