@@ -48,22 +48,24 @@ SAVING = dict(save_strategy="steps", save_steps=5)
 # every batch pads to 40 tokens: one compiled shape per run; a lost host is declared after 10 s
 XLA = {"length_buckets": [40], "label_row_buckets": 4, "host_timeout_s": 10}
 KILL_AT_STEP = 7
+HANG_AT_STEP = 2
 
 
 class StepClock(TrainerCallback):
-    """Wall time between the starts of consecutive steps; `kill_at`: host 1 dies (SIGKILL) after that step."""
+    """Wall time between the starts of consecutive steps. `halt_at` = (step, signal): after that step host 1
+    sends itself the signal: SIGKILL (killed) or SIGSTOP (hung: its sockets stay open, nothing answers)."""
 
-    def __init__(self, kill_at: int | None = None):
+    def __init__(self, halt_at: tuple[int, int] | None = None):
         self.starts: list[float] = []
-        self.kill_at = kill_at
+        self.halt_at = halt_at
 
     def on_step_begin(self, args, state, control, **kwargs):
         self.starts.append(time.perf_counter())
 
     def on_step_end(self, args, state, control, **kwargs):
-        if self.kill_at == state.global_step and process_index() == 1:
-            (Path(args.output_dir) / "killed_at").write_text(str(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self.halt_at is not None and self.halt_at[0] == state.global_step and process_index() == 1:
+            (Path(args.output_dir) / "halted_at").write_text(str(time.time()))
+            os.kill(os.getpid(), self.halt_at[1])
 
     def median_step_s(self, first_step: int, skip: set[int]) -> float | None:
         """Median start-to-start time from step `first_step` on, leaving out the steps in `skip` (compile,
@@ -92,14 +94,14 @@ def train(
     shard: str = "data",
     devices: int | None = None,
     resume=None,
-    kill_at: int | None = None,
+    halt_at: tuple[int, int] | None = None,
     **overrides,
 ) -> dict:
     """One run of 10 steps at a global batch of 8; backend None is stock Trainer."""
     data = variable_length_dataset(n=96, max_len=40)
     eval_data = variable_length_dataset(n=16, max_len=40, seed=1)
     collator = RightPaddingCollator(PAD[family])
-    clock = StepClock(kill_at)
+    clock = StepClock(halt_at)
     common = {**COMMON, **overrides, "output_dir": str(out)}
     if backend is None:  # under torchrun: stock DDP over gloo (use_cpu), the global batch split over the processes
         processes = int(os.environ.get("WORLD_SIZE", "1"))
@@ -165,10 +167,11 @@ def checkpoint(out: Path) -> str:
 
 
 RUNS = {
-    # on the pod: the data-parallel runs write checkpoint-5; the killed run loses host 1 after step 7
+    # on the pod: the data-parallel runs write checkpoint-5; host 1 is killed after step 7 or hangs after step 2
     "roberta": lambda out: train("roberta", out, "xla", **SAVING),
     "gpt2": lambda out: train("gpt2", out, "xla", **SAVING),
-    "gpt2_killed": lambda out: train("gpt2", out, "xla", kill_at=KILL_AT_STEP, **SAVING),
+    "gpt2_killed": lambda out: train("gpt2", out, "xla", halt_at=(KILL_AT_STEP, signal.SIGKILL), **SAVING),
+    "gpt2_hung": lambda out: train("gpt2", out, "xla", halt_at=(HANG_AT_STEP, signal.SIGSTOP)),
     "gpt2_killed_resumed": lambda out: train("gpt2", out.parent / "gpt2_killed", "xla", resume=True, **SAVING),
     "gpt2_fsdp": lambda out: train("gpt2", out, "xla", shard="fsdp"),
     "roberta_fsdp": lambda out: train("roberta", out, "xla", shard="fsdp"),

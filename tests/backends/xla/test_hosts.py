@@ -129,3 +129,8 @@ def test_an_unreachable_store_means_the_coordinator_is_gone(monkeypatch):
 def test_the_message_says_how_to_continue():
     message = watchdog.lost_message(0, 2, "host 1 has not been heard from for 60 s")
     assert message.startswith("turbotrain xla: host 0 of 2 stops: host 1") and "resume_from_checkpoint=True" in message
+
+
+def test_jaxs_heartbeat_limit_leaves_the_watchdog_room():
+    assert hosts_module.jax_heartbeat_s(10) == 100  # jax may see a last heartbeat seconds before a host stops
+    assert hosts_module.jax_heartbeat_s(60) == 210

@@ -12,8 +12,8 @@ from what the launcher provides, in this order:
   (on a one-host TPU VM that is a pod of one);
 * otherwise: this host alone, no distributed runtime.
 
-jax's heartbeat limit is set to twice `host_timeout_s`, so turbotrain's own watchdog (watchdog.py),
-which stops the survivors of a lost host with one message, speaks first.
+jax's heartbeat limit is set to 3 x `host_timeout_s` + 30 s (at least jax's 100 s), so turbotrain's
+own watchdog (watchdog.py), which stops the survivors of a lost host with one message, speaks first.
 
 Per step, the hosts agree on three integers with one small all-gather (`Hosts.agree`): the sequence
 length to pad to and the label-sparsity row count (the maxima: every host's arrays must have one
@@ -134,8 +134,14 @@ def _initialized() -> bool:
     return coordination_client() is not None
 
 
+def jax_heartbeat_s(host_timeout_s: float) -> int:
+    """jax's heartbeat limit: well past the watchdog's (jax may see a host's last heartbeat some seconds
+    before it stopped, and aborts with pages of logs where the watchdog prints one line)."""
+    return max(100, int(3 * host_timeout_s) + 30)
+
+
 def _initialize(launch: Launch, host_timeout_s: float) -> None:
-    heartbeat = max(int(2 * host_timeout_s), int(host_timeout_s) + 10)
+    heartbeat = jax_heartbeat_s(host_timeout_s)
     try:
         jax.distributed.initialize(
             launch.coordinator, launch.processes, launch.process_id, heartbeat_timeout_seconds=heartbeat

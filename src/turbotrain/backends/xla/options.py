@@ -12,7 +12,7 @@ shard              "data" (default): every device holds all parameters and AdamW
                    device holds 1/N of them (FSDP / ZeRO-3 over the same axis the batch is split on),
                    XLA gathers a weight where a layer needs it and reduce-scatters its gradient
 host_timeout_s     on several hosts: a host not heard from for this long is taken as lost and the others
-                   stop with one message (default 60; jax's own heartbeat limit is set to twice this)
+                   stop with one message (default 60; jax's own heartbeat limit is set to 3x this + 30)
 """
 
 from __future__ import annotations

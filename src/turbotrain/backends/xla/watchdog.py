@@ -134,7 +134,7 @@ class HostWatchdog:
                 self._stop_process(f"the pod's coordinator (host 0) cannot be reached ({type(error).__name__})")
 
     def _report_lost(self, host: int, silent_for: float) -> None:
-        what = f"host {host} has not been heard from for {silent_for:.0f} s (killed, crashed or preempted)"
+        what = f"host {host} has not been heard from for {silent_for:.0f} s (killed, hung, crashed or preempted)"
         try:
             self.client.key_value_set(self.lost_key, what, allow_overwrite=True)
             time.sleep(3 * self.interval)  # the others read it before this host (maybe the coordinator) goes
