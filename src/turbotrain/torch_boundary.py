@@ -87,3 +87,17 @@ def compiled_graph_count() -> int:
 def norms_fp32(tensors: list) -> list:
     """Each tensor's fp32 2-norm in one fused pass (`torch._foreach_norm`)."""
     return torch._foreach_norm(tensors, 2, dtype=torch.float32)
+
+
+def tree_leaves(tree) -> list:
+    """The leaves of a nest of lists, tuples and dicts (`torch.utils._pytree.tree_leaves`)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_leaves(tree)
+
+
+def tree_map_only(kind, function, tree):
+    """`function` applied to the leaves of `tree` that `kind` accepts (`torch.utils._pytree.tree_map_only`)."""
+    from torch.utils import _pytree
+
+    return _pytree.tree_map_only(kind, function, tree)

@@ -48,7 +48,7 @@ class OwnLoss(TurboTrainer):
     ("overrides", "trainer_class", "message"),
     [
         ({"optim": "sgd"}, TurboTrainer, "optim"),
-        ({"bf16": True, "use_cpu": True}, TurboTrainer, "bf16"),
+        ({"fp16": True, "use_cpu": True}, TurboTrainer, "fp16"),
         ({"label_smoothing_factor": 0.1}, TurboTrainer, "label smoothing"),
         ({"auto_find_batch_size": True}, TurboTrainer, "auto_find_batch_size"),
         ({}, OwnLoss, "compute_loss"),

@@ -19,7 +19,7 @@ from turbotrain.passes.label_sparsity import apply_label_sparsity
 
 
 def layout(**overrides) -> BatchLayout:
-    return BatchLayout(**{"global_rows": 8, "data_parallel": 4, "pad_token_id": 0, **overrides})
+    return BatchLayout(**{"rows": 8, "devices": 4, "pad_token_id": 0, **overrides})
 
 
 def test_length_buckets_are_powers_of_two_from_16_unless_given():
@@ -32,7 +32,7 @@ def test_kept_rows_pad_to_a_multiple_of_an_eighth_of_the_batch_and_of_the_device
     unit = 8 * 32 // 8
     assert layout().kept_row_count(1, 32) == unit
     assert layout().kept_row_count(unit + 1, 32) == 2 * unit
-    assert layout(global_rows=3, data_parallel=4).kept_row_count(1, 16) % 4 == 0
+    assert layout(rows=3, devices=4).kept_row_count(1, 16) % 4 == 0
 
 
 @pytest.mark.parametrize("family", ["roberta", "gpt2"])

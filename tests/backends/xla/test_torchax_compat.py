@@ -1,6 +1,6 @@
 """torchax_compat.py: the shim tolerates only named-dimension overloads, only while it is active, and
 after the import torch still pins host memory (checked in a fresh process: importing torchax changes
-torch's device registry for the whole process)."""
+torch's device registry for the whole process), and autocast's promote policy follows torch's rule."""
 
 from __future__ import annotations
 
@@ -46,3 +46,14 @@ def test_torchax_imports_and_dataloaders_still_pin_memory():
         [sys.executable, "-W", "ignore", "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_autocast_promote_casts_floats_to_the_widest_wherever_they_sit():
+    from turbotrain.backends.xla.torchax_compat import promote_floats
+
+    half, full = torch.ones(2, dtype=torch.bfloat16), torch.ones(2)
+    (tensors,), _ = promote_floats(([half, full],), {})  # torch.cat([a, b]): a list, not tensors
+    assert [t.dtype for t in tensors] == [torch.float32, torch.float32]
+    index = torch.tensor([1, 0])
+    (target, dim, kept_index, source), _ = promote_floats((half, 0, index, full), {})  # index_copy
+    assert (target.dtype, dim, kept_index.dtype, source.dtype) == (torch.float32, 0, torch.int64, torch.float32)

@@ -123,7 +123,7 @@ def gradient_gap(family: str) -> dict:
     mesh = data_parallel_mesh(4)
     trainable, frozen = split_parameters(model)
     step = CompiledStep(model, None, torch_adamw(0.9, 0.999, 1e-8, 0.0, {n: True for n in trainable}), mesh, sparsity)
-    layout = BatchLayout(global_rows=4, data_parallel=4, pad_token_id=PAD[family], sparsity_causal=sparsity.head.causal)
+    layout = BatchLayout(rows=4, devices=4, pad_token_id=PAD[family], sparsity_causal=sparsity.head.causal)
     arrays = step.place(step_arrays([batch], layout))
     params, frozen = jax.device_put((trainable, frozen), replicated(mesh))
     with jax.default_matmul_precision("highest"):
@@ -159,7 +159,7 @@ def dropout_losses(family: str) -> list[float]:
     )
     arrays = step_arrays(
         [padded_batch([20, 9], pad_token_id=PAD[family])],
-        BatchLayout(global_rows=2, data_parallel=1, pad_token_id=PAD[family]),
+        BatchLayout(rows=2, devices=1, pad_token_id=PAD[family]),
     )
     micro = {name: value[0] for name, value in arrays.items()}
     loss = jax.jit(step._micro_loss, static_argnums=5)

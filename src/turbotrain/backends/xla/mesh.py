@@ -1,29 +1,33 @@
 """The device mesh of the xla backend and the shardings of what a step reads and writes.
 
-Today one axis, `data`: every local device holds the whole model and optimizer state (replicated) and
-a slice of each batch (split along the batch dimension); XLA inserts the gradient all-reduce. The mesh
-is named so parameter sharding (an `fsdp` axis, FSDP-style) can be added as a second axis without
-changing the step. Multi-host: call `jax.distributed.initialize()` before training and the mesh spans
-the global devices (`jax.devices()`); the data loading then has to give each host its own slice, which
-is not built yet.
+One axis, `data`, over every device of every host, ordered by host then device id, so each host's
+devices are one contiguous block of it. The batch dimension is split along it (each host gives its own
+block of rows, `host_block`); XLA inserts the gradient all-reduce. Parameters and AdamW moments are
+replicated along it, or split along it with `shard="fsdp"` (sharding.py).
 """
 
 from __future__ import annotations
 
 import jax
+import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 DATA_AXIS = "data"
 
 
 def data_parallel_mesh(num_devices: int | None = None) -> Mesh:
-    """A 1-D mesh over the first `num_devices` devices (all of them by default)."""
-    devices = jax.devices()
+    """A 1-D mesh over the first `num_devices` devices (all of them by default; all on several hosts)."""
+    devices = sorted(jax.devices(), key=lambda device: (device.process_index, device.id))
     if num_devices is not None:
         if not 1 <= num_devices <= len(devices):
             raise ValueError(f"num_devices={num_devices}, but jax sees {len(devices)} device(s): {devices}")
+        if jax.process_count() > 1 and num_devices != len(devices):
+            raise ValueError(
+                f"num_devices={num_devices}: on {jax.process_count()} hosts the mesh spans all "
+                f"{len(devices)} devices (leave num_devices unset)"
+            )
         devices = devices[:num_devices]
-    return Mesh(devices, (DATA_AXIS,))
+    return Mesh(np.array(devices), (DATA_AXIS,))
 
 
 def replicated(mesh: Mesh) -> NamedSharding:
@@ -37,3 +41,17 @@ def split_batch(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
 
 def data_parallel_size(mesh: Mesh) -> int:
     return mesh.shape[DATA_AXIS]
+
+
+def local_devices(mesh: Mesh) -> list:
+    """This host's devices in the mesh, in mesh order."""
+    return [device for device in mesh.devices.flat if device.process_index == jax.process_index()]
+
+
+def host_block(mesh: Mesh) -> int:
+    """Which block of the batch dimension this host's devices hold (its rank among the mesh's hosts)."""
+    flat = list(mesh.devices.flat)
+    mine = [position for position, device in enumerate(flat) if device.process_index == jax.process_index()]
+    if not mine or mine != list(range(mine[0], mine[0] + len(mine))) or mine[0] % len(mine):
+        raise ValueError(f"turbotrain xla: this host's devices are not one block of the mesh: {flat}")
+    return mine[0] // len(mine)

@@ -12,7 +12,13 @@
 * Gradients are summed over the A micro-batches (`lax.scan`), clipped like torch, then torch's AdamW.
 * Dropout draws from jax's PRNG with a key per step (`key`), not from torch's generator: the same
   distribution, different draws than eager.
-* One compile per distinct input shape; `batches.py` keeps the shapes few. The state is donated.
+* One compile per distinct input shape; `batches.py` keeps the shapes few. The state is donated and
+  comes back placed as `state_sharding` says (replicated, or split with `shard="fsdp"`, sharding.py).
+* `autocast_dtype=torch.bfloat16` (Trainer's `bf16=True`): torchax's autocast runs the ops torch's CPU
+  autocast lowers (matmuls, linear, attention) in bf16 with the rest in their input dtype, like
+  `torch.autocast` in eager; weights, gradients and AdamW stay fp32 (master weights), the loss is fp32.
+* On several hosts each host passes its own rows (`place`: its block of the batch dimension, built with
+  `jax.make_array_from_process_local_data`); scalars travel as numpy values, the same on every host.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import contextlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 import torch
 from torch import nn
@@ -42,6 +49,8 @@ class CompiledStep:
         mesh,
         sparsity=None,
         matmul_precision: str = "highest",
+        state_sharding=None,
+        autocast_dtype: torch.dtype | None = None,
     ):
         self.model = model
         self.max_grad_norm = max_grad_norm
@@ -49,13 +58,16 @@ class CompiledStep:
         self.mesh = mesh
         self.sparsity = sparsity
         self.matmul_precision = matmul_precision
+        self.autocast_dtype = autocast_dtype
         self.env = import_torchax().default_env()
         self.compiled_shapes: set[tuple] = set()
-        self._jitted = jax.jit(self._step, out_shardings=replicated(mesh), donate_argnums=(0,))
+        self.host_count = len({device.process_index for device in mesh.devices.flat})
+        whole = replicated(mesh)
+        self._jitted = jax.jit(self._step, out_shardings=(state_sharding or whole, whole, whole), donate_argnums=(0,))
 
     def _micro_loss(self, params, frozen, micro, num_items, key, micro_count):
         env = self.env
-        with env, env.override_property(prng=key):
+        with env, env.override_property(prng=key, autocast_dtype=self.autocast_dtype):
             weights, inputs, items = env.j2t_iso(({**params, **frozen}, micro, num_items))
             kwargs = {name: value for name, value in inputs.items() if name not in (ROWS, KEPT)}
             if items is not None:
@@ -66,7 +78,7 @@ class CompiledStep:
                     self.model, weights, args=(), kwargs={**kwargs, "return_dict": False}
                 )
             loss = outputs[0] if items is not None else outputs[0] / micro_count
-            return env.t2j_iso(loss)
+            return env.t2j_iso(loss).astype(jnp.float32)
 
     def _grads(self, params, frozen, arrays, num_items, key):
         micro_count = next(iter(arrays.values())).shape[0]
@@ -86,8 +98,8 @@ class CompiledStep:
         (loss, grads), _ = jax.lax.scan(accumulate, start, (arrays, keys))
         return loss, grads
 
-    def _step(self, state: TrainState, frozen, arrays, num_items, learning_rate, key):
-        loss, grads = self._grads(state.params, frozen, arrays, num_items, key)
+    def _step(self, state: TrainState, frozen, arrays, num_items, learning_rate, key_data):
+        loss, grads = self._grads(state.params, frozen, arrays, num_items, jax.random.wrap_key_data(key_data))
         grad_norm = optax.global_norm(grads)
         if self.max_grad_norm:
             grads = clip_like_torch(grads, grad_norm, self.max_grad_norm)
@@ -102,11 +114,19 @@ class CompiledStep:
         return any(ROWS in dict(shape) for shape in self.compiled_shapes)
 
     def place(self, arrays: dict) -> dict:
-        """Put one step's host arrays on the mesh: the batch dimension split, the kept rows split."""
-        return jax.device_put(arrays, split_batch(self.mesh, leading_axes=1))
+        """One step's host arrays [A, B_host, ...] as global arrays [A, B_host x hosts, ...] on the mesh:
+        the batch dimension (and the kept rows) split over the devices, this host's rows on its devices."""
+        sharding = split_batch(self.mesh, leading_axes=1)
+        return {
+            name: jax.make_array_from_process_local_data(
+                sharding, value, (value.shape[0], value.shape[1] * self.host_count, *value.shape[2:])
+            )
+            for name, value in arrays.items()
+        }
 
     def __call__(self, state: TrainState, frozen, arrays: dict, num_items, learning_rate: float, key):
         self.compiled_shapes.add(tuple(sorted((name, value.shape) for name, value in arrays.items())))
-        items = None if num_items is None else jnp.asarray(float(num_items), jnp.float32)
+        items = None if num_items is None else np.float32(float(num_items))
+        key_data = np.asarray(jax.random.key_data(key))
         with jax.default_matmul_precision(self.matmul_precision):
-            return self._jitted(state, frozen, self.place(arrays), items, jnp.asarray(learning_rate, jnp.float32), key)
+            return self._jitted(state, frozen, self.place(arrays), items, np.float32(learning_rate), key_data)

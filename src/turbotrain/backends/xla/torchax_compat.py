@@ -18,6 +18,13 @@ device ("jax") with a device module whose `is_available()` is True, but register
 When pinning a tensor fails that way after the import, the "jax" device module reports itself
 unavailable; torch then treats the process as accelerator-less again, as it is (the jax arrays
 torchax computes on are not reached through torch's device registry).
+
+A third repair, for bf16 autocast (`bf16=True`): torchax 0.0.13's PROMOTE policy (`aten.cat`, `stack`,
+`index_copy`) reads `.dtype` from every positional argument, so a list of tensors (`torch.cat([a, b])`,
+as in rotary embeddings and the KV cache) or an int dimension raises AttributeError, and it would
+count integer index tensors when picking the widest dtype. `promote_floats` replaces that branch with
+torch's rule (floating tensors, wherever they sit in the arguments, cast to the widest floating dtype
+among them); the other policies are torchax's own.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import sys
 
 import torch
 
-from turbotrain.torch_boundary import OpOverloadPacket
+from turbotrain.torch_boundary import OpOverloadPacket, tree_leaves, tree_map_only
 
 TESTED_TORCHAX = "0.0.13"
 # torchax imports its op tables when its first Environment is made; the shim imports them up front
@@ -91,7 +98,33 @@ def import_torchax():
     torchax = importlib.import_module("torchax")
     if pinning_broken():
         torchax.device_module.is_available = lambda: False
+    _repair_promote_policy(importlib.import_module("torchax.amp"))
     return torchax
+
+
+def promote_floats(args, kwargs):
+    """torch autocast's "promote": every floating tensor cast to the widest floating dtype among them."""
+    floats = [a for a in tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+    if not floats:
+        return args, kwargs
+    widest = max((dtype.itemsize, str(dtype), dtype) for dtype in {a.dtype for a in floats})[2]
+    return tree_map_only(
+        lambda a: isinstance(a, torch.Tensor) and a.is_floating_point(), lambda a: a.to(widest), (args, kwargs)
+    )
+
+
+def _repair_promote_policy(amp) -> None:
+    original = amp.execute_policy
+    if getattr(original, "turbotrain_repaired", False):
+        return
+
+    def execute_policy(policy, args, kwargs, target_lower_fp):
+        if policy == amp.CastPolicy.PROMOTE:
+            return promote_floats(args, kwargs)
+        return original(policy, args, kwargs, target_lower_fp)
+
+    execute_policy.turbotrain_repaired = True
+    amp.execute_policy = execute_policy
 
 
 def pinning_broken() -> bool:
