@@ -10,9 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from tests.backends.xla import requires_xla
-
-pytestmark = requires_xla
+pytestmark = pytest.mark.requires_xla
 
 from turbotrain.backends.xla import hosts as hosts_module  # noqa: E402
 from turbotrain.backends.xla import watchdog  # noqa: E402

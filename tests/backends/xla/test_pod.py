@@ -27,10 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.backends.xla import requires_xla
 from tests.trainer_helpers import assert_losses_close
 
-pytestmark = requires_xla
+pytestmark = pytest.mark.requires_xla
 
 ROOT = Path(__file__).resolve().parents[3]
 RTOL = 1e-4

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from tests.backends.xla import requires_xla
+import pytest
 
-pytestmark = requires_xla
+pytestmark = pytest.mark.requires_xla
 
 from turbotrain.backends.xla.sharding import split_dimension  # noqa: E402
 
