@@ -87,6 +87,20 @@ class TurboOptions:
             "dropout masks than the padded batch, so losses follow stock's in distribution, not step by step."
         ),
     )
+    padding_free_row_tokens: str = field(
+        default="auto",
+        metadata=_help(
+            "Tokens per packed row with packed attention (no mask, no C^2 cost per row): 'auto' (the whole batch in "
+            "one row), 'longest' (rows as long as the longest sequence), or a number (passes/packing.py)."
+        ),
+    )
+    padding_free_attention: str = field(
+        default="packed",
+        metadata=_help(
+            "How packed rows attend within each sequence: 'packed' (the packed-attention function where the model "
+            "can use it, masks otherwise; passes/packed_attention.py) or 'masks' (per-layer attention masks only)."
+        ),
+    )
     embedding_grad: bool = field(
         default=True,
         metadata=_help(
@@ -134,6 +148,11 @@ class TurboOptions:
                 f"chunked_cross_entropy must be one of {', '.join(CHUNKED_CE_MODES)}, "
                 f"got {self.chunked_cross_entropy!r}"
             )
+        row_tokens = str(self.padding_free_row_tokens)
+        if row_tokens not in ("auto", "longest") and not (row_tokens.isdigit() and int(row_tokens) > 0):
+            raise ValueError(f"padding_free_row_tokens must be 'auto', 'longest' or a number, got {row_tokens!r}")
+        if self.padding_free_attention not in ("packed", "masks"):
+            raise ValueError(f"padding_free_attention must be 'packed' or 'masks', got {self.padding_free_attention!r}")
         budget = self.max_tokens_per_batch
         if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
             raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
@@ -145,6 +164,11 @@ class TurboOptions:
             raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
         for options_class in options_class_for(self.backend):
             options_class.from_dict(self.backend_options, self.backend)
+
+    def row_tokens(self) -> int | str:
+        """`padding_free_row_tokens` as packing takes it: "auto", "longest" or an int."""
+        value = str(self.padding_free_row_tokens)
+        return int(value) if value.isdigit() else value
 
     def backend_for(self, device: torch.device) -> str:
         return resolve_backend_name(self.backend, device)

@@ -124,6 +124,8 @@ class TurboMixin(TrainerBoundary):
             label_sparsity=self._label_sparsity_allowed(),
             padding_free=self._padding_free_allowed(),
             padding_free_with_dropout=self.turbo_options.padding_free_with_dropout,
+            padding_free_row_tokens=self.turbo_options.row_tokens(),
+            padding_free_attention=self.turbo_options.padding_free_attention,
             embedding_grad=self.turbo_options.embedding_grad,
             chunked_cross_entropy=self.turbo_options.chunked_cross_entropy,
             fused_activation=self.turbo_options.fused_activation,

@@ -59,6 +59,8 @@ def optimize(
     label_sparsity: bool = True,
     padding_free: bool = True,
     padding_free_with_dropout: bool = False,
+    padding_free_row_tokens: int | str = "auto",
+    padding_free_attention: str = "packed",
     embedding_grad: bool = True,
     chunked_cross_entropy: str = "auto",
     fused_activation: bool = True,
@@ -69,6 +71,8 @@ def optimize(
     Padding-free training also needs the batches packed: pass your collator through
     `report.collator(collator)` (TurboTrainer does this for its training dataloader).
     `padding_free_with_dropout`: pack also a model that trains with dropout (other masks than stock's).
+    `padding_free_row_tokens` ("auto", "longest", an int) and `padding_free_attention` ("packed", "masks"):
+    row capacity with packed attention, and whether to try it (passes/padding_free.py).
     `chunked_cross_entropy` ("auto", "always", "never"): the chunked head behind label sparsity
     (passes/chunked_ce.py); "auto" uses it for calls whose kept logits would pass 64 MB.
     """
@@ -82,7 +86,13 @@ def optimize(
             report.skipped.append("label_sparsity")
         report.chunked_ce = apply_chunked_ce(model, report.label_sparsity, chunked_cross_entropy, check=self_check)
     if padding_free:
-        report.padding_free = apply_padding_free(model, check=self_check, with_dropout=padding_free_with_dropout)
+        report.padding_free = apply_padding_free(
+            model,
+            check=self_check,
+            with_dropout=padding_free_with_dropout,
+            row_tokens=padding_free_row_tokens,
+            attention=padding_free_attention,
+        )
         if report.padding_free is None:
             report.skipped.append("padding_free")
     if embedding_grad:
