@@ -43,7 +43,9 @@ def test_training_batches_are_packed_and_eval_batches_are_not(tmp_path, attentio
     trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, padding_free_attention=attention)
     train_batch = next(iter(trainer.get_train_dataloader()))
     assert SEQUENCE_STARTS in train_batch and "position_ids" in train_batch
-    assert train_batch["attention_mask"].dim() == mask_dims and ("cu_seq_lens_q" in train_batch) == (attention == "packed")
+    assert train_batch["attention_mask"].dim() == mask_dims and ("cu_seq_lens_q" in train_batch) == (
+        attention == "packed"
+    )
     assert train_batch["input_ids"].shape[0] == 1 or attention == "masks"
     eval_batch = next(iter(trainer.get_eval_dataloader(variable_length_dataset(n=8, seed=1))))
     assert eval_batch["attention_mask"].dim() == 2 and SEQUENCE_STARTS not in eval_batch

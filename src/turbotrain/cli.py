@@ -97,8 +97,9 @@ def _bench_parser(sub) -> None:
     p.add_argument(
         "--lengths",
         default=d.lengths,
-        choices=["fixed", "variable"],
-        help="fixed blocks, or paragraphs at their natural lengths with dynamic padding",
+        choices=["fixed", "variable", "long"],
+        help="fixed blocks, or paragraphs at their natural lengths with dynamic padding; long (sft): long-tailed "
+        "rows up to 4,096 tokens, every token labelled",
     )
     p.add_argument(
         "--task",

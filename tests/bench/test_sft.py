@@ -50,3 +50,26 @@ def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
     for name, row in peers.items():
         assert row["max_rel_loss_diff"] < 1e-4, name
     assert "chunked_ce" in peers["trl+turbo"]["passes"]
+
+
+def test_long_lengths_are_long_tailed_and_every_token_labelled():
+    from tests.llm.helpers import tokenizer
+    from turbotrain.data.long_rows import LONGEST, build_long_rows, long_tailed_lengths
+
+    lengths = long_tailed_lengths(2000)
+    assert max(lengths) == LONGEST and min(lengths) >= 16 and sorted(lengths)[1000] < 400  # median ~256
+    data = build_long_rows(tokenizer(), rows=8)
+    assert data.train["input_ids"] == data.train["labels"] == data.trl_train["input_ids"]
+    with pytest.raises(ValueError, match="lengths='long' is for task='sft'"):
+        Workload(task="mlm", lengths="long")
+
+
+@pytest.mark.slow
+def test_tiny_long_sft_bench_runs_turbo_against_stock_and_mask_packing(tmp_path):
+    # `turbotrain bench --task sft --lengths long`, at a tiny size (never timed here)
+    workload = tiny_workload(task="sft", lengths="long", steps=1, batch_size=2, peers=("stock", "turbo", "turbo-masks"))
+    run_bench(workload, out_dir=tmp_path)
+    peers = json.loads((tmp_path / "bench.json").read_text())["peers"]
+    assert set(peers) == {"stock", "turbo", "turbo-masks"}
+    for name, row in peers.items():
+        assert row["max_rel_loss_diff"] < 1e-4, name

@@ -13,7 +13,7 @@ from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import make, padded_batch
 from turbotrain import hf_boundary, optimize
 from turbotrain.passes.packed_attention import PREFIX
-from turbotrain.passes.packed_sequences import SEQUENCE_GROUPS, SEQUENCE_ORDER, sequence_metadata
+from turbotrain.passes.packed_sequences import PACKED_SEQUENCES, sequence_metadata
 
 VOCAB = 97
 WINDOW = 8
@@ -205,14 +205,14 @@ def test_sequence_metadata_covers_every_token_and_groups_by_length():
     meta = sequence_metadata(segments, lengths, starts)
     assert meta["cu_seq_lens_q"].tolist() == [0, 3, 4, 6, 8] and meta["cu_seq_lens_q"].dtype == torch.int32
     assert meta["max_length_q"] == 3 and isinstance(meta["max_length_k"], int)
-    assert meta[SEQUENCE_GROUPS] == ((1, 1), (1, 2), (1, 3))
-    assert meta[SEQUENCE_ORDER].tolist() == [3, 4, 5, 0, 1, 2]
+    assert meta[PACKED_SEQUENCES].groups == ((1, 1), (1, 2), (1, 3))
+    assert meta[PACKED_SEQUENCES].order.tolist() == [3, 4, 5, 0, 1, 2]
 
 
 def test_two_rows_of_one_sequence_each_stay_two_segments():
     # the same sequence id never spans rows, but a row that starts where the last ended must open a segment
     meta = sequence_metadata(torch.tensor([[0, 0], [1, 1]]), torch.tensor([2, 2]), torch.tensor([0, 2]))
-    assert meta["cu_seq_lens_q"].tolist() == [0, 2, 4] and meta[SEQUENCE_GROUPS] == ((2, 2),)
+    assert meta["cu_seq_lens_q"].tolist() == [0, 2, 4] and meta[PACKED_SEQUENCES].groups == ((2, 2),)
 
 
 def test_a_model_that_cannot_switch_keeps_the_mask_modes(monkeypatch):
@@ -228,3 +228,71 @@ def test_dense_mask_modes_keep_rows_at_the_longest_sequence():
     report = optimize(model, label_sparsity=False, padding_free_attention="masks", padding_free_row_tokens="auto")
     packed = report.collator(lambda f: f)(_batch(model, "lm"))
     assert packed["input_ids"].shape[1] == 40 < packed["input_ids"].numel()  # C^2 per row: rows stay at the longest
+
+
+def _flash_like(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
+    """A CPU stand-in for Transformers' flash path with its contract: varlen on `cu_seq_lens_q` over the flattened
+    rows when given (`max_length_q` an int), else unpadded by the 2-D mask, else each row whole."""
+    rows, heads, length, _ = query.shape
+    q, k, v = (x.transpose(1, 2).reshape(rows * length, x.shape[1], x.shape[3]) for x in (query, key, value))
+    if kwargs.get("cu_seq_lens_q") is not None:
+        assert attention_mask is None and isinstance(kwargs["max_length_q"], int)
+        bounds = kwargs["cu_seq_lens_q"].tolist()
+    elif attention_mask is not None:  # right padding: each row's real tokens, its pads alone
+        real = attention_mask.sum(1).tolist()
+        bounds = sorted({0, *(r * length + n for r, n in enumerate(real)), *(r * length for r in range(rows + 1))})
+    else:
+        bounds = list(range(0, rows * length + 1, length))
+    out = torch.zeros(rows * length, heads, value.shape[-1])
+    for start, end in zip(bounds, bounds[1:]):
+        part = [x[start:end].transpose(0, 1)[None] for x in (q, k, v)]  # [1, H, l, D]
+        out[start:end] = torch.nn.functional.scaled_dot_product_attention(
+            *part, is_causal=module.is_causal, scale=scaling, enable_gqa=True
+        )[0].transpose(0, 1)
+    return out.view(rows, length, heads, -1), None
+
+
+def test_flash_attention_models_are_packed_through_transformers_varlen_keywords(monkeypatch):
+    # a flash model takes no mask: it is packed (no longer refused) with `cu_seq_lens_q` / `max_length_q`, the
+    # keywords Transformers' flash path reads from the model's kwargs (here a CPU stand-in with that contract)
+    from transformers import AttentionInterface
+
+    monkeypatch.setitem(AttentionInterface._global_mapping, "flash_attention_2", _flash_like)
+    model = make("llama", dropout=False)
+    model.config._attn_implementation = "flash_attention_2"
+    stock = copy.deepcopy(model)
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None and report.padding_free.spec.mask == "sequences"
+    assert report.padding_free.attention is None  # not switched: flash reads the keywords itself
+    padded = _batch(model, "lm")
+    packed = report.collator(lambda features: features)(dict(padded))
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.compile
+@pytest.mark.parametrize("family,mode", [("llama", "positions"), ("bert", "layers")])
+def test_flex_attention_models_are_packed_with_block_masks(family, mode):
+    # flex attention adds a dense mask to its scores, so it gets masking_utils' block masks: from the restarting
+    # position_ids (causal) or the segments (one mask for every layer). Flex has no backward on CPU: the
+    # install's self-check compares every token's logits, padded vs packed, in eval mode
+    model = make(family, dropout=False)
+    model.set_attn_implementation("flex_attention")
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None and report.padding_free.spec.mask == mode
+
+
+def test_compiled_packed_training_stops_recompiling_and_matches_eager():
+    # the per-length loop and the batch's lengths stay out of Dynamo's graphs (torch.compiler.disable, one
+    # opaque PackedSequences): lengths that change every batch must not recompile every batch
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    eager, model, report = _packed_model("llama", "lm")
+    compiled = copy.deepcopy(model)
+    compiled.compile(backend="eager")  # Dynamo's tracing and guards, without Inductor's code generation
+    graphs = []
+    for step, lengths in enumerate([[9, 3, 5], [7, 7, 2, 1], [12, 4], [5, 6, 7, 8], [3, 3, 3], [10, 1, 9, 2, 8]]):
+        packed = report.collator(lambda features: features)(padded_batch(lengths, seed=step))
+        assert_same(loss_and_grads(model, packed), loss_and_grads(compiled, packed), rtol=1e-5, atol=1e-6)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[-1] == graphs[-3], graphs  # the last batches compile nothing new

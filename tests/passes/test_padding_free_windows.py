@@ -149,9 +149,7 @@ def test_packed_rows_keep_every_layers_window(family, label_sparsity, attention)
     stock = copy.deepcopy(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", ".*padding-free", TurbotrainWarning)  # no refusal: the pass applies
-        report = optimize(
-            model, label_sparsity=label_sparsity, embedding_grad=False, padding_free_attention=attention
-        )
+        report = optimize(model, label_sparsity=label_sparsity, embedding_grad=False, padding_free_attention=attention)
     assert report.padding_free is not None
     assert report.padding_free.spec.mask == (FAMILIES[family][1] if attention == "masks" else PACKED_MODES[family])
     padded = _batch(model, family)

@@ -10,11 +10,14 @@ completion = the rest of its docstring, completion-only labels, dynamic padding,
 rare tokens of a real 151,936-token vocabulary would.
 
 Peers, built as a user writes them, same weights and batches:
-* `stock`: `Trainer`; `turbo`: `TurboTrainer`;
+* `stock`: `Trainer`; `turbo`: `TurboTrainer`; `turbo-masks`: `TurboTrainer` packing with per-layer
+  masks, rows at the longest sequence (`padding_free_attention="masks"`: padding-free before packed attention);
 * `trl`: TRL's `SFTTrainer` with `SFTConfig(completion_only_loss=True)` on the same token ids (TRL builds
   the labels from `completion_mask`); `trl+turbo`: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)`.
 Both TRL peers run with `gradient_checkpointing=False` (TRL's default is True) and fp32, as the
 Trainer peers do, so every peer does the same work.
+`--lengths long`: rows of long-tailed lengths up to 4,096, every token labelled (data/long_rows.py); the
+model's position limit is raised to 4,096.
 """
 
 from __future__ import annotations
@@ -27,12 +30,16 @@ from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.chat import SftData, build_sft_data
 from turbotrain.utils.imports import require
 
-SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
+SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo", "turbo-masks")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 def sft_data(workload) -> SftData:
     tokenizer = train_tokenizer(stdlib_corpus(), min(workload.vocab_size, 50265))
+    if workload.lengths == "long":
+        from turbotrain.data.long_rows import build_long_rows
+
+        return build_long_rows(tokenizer, seed=workload.seed)
     return build_sft_data(tokenizer, workload.seq_len, seed=workload.seed)
 
 
@@ -46,7 +53,7 @@ def sft_model(workload):
         num_attention_heads=workload.num_heads,
         num_key_value_heads=max(1, workload.num_heads // 2),
         intermediate_size=4 * workload.hidden_size,
-        max_position_embeddings=workload.seq_len,
+        max_position_embeddings=max(workload.seq_len, 4096) if workload.lengths == "long" else workload.seq_len,
         tie_word_embeddings=not workload.untied,
         attention_dropout=workload.dropout_probability,
         pad_token_id=1,
@@ -73,11 +80,12 @@ def build_sft_trainer(peer: str, model, data: SftData, collator, common: dict):
     from turbotrain.trainer import TurboTrainer, turbo
 
     model = copy.deepcopy(model)
-    if peer in ("stock", "turbo"):
+    if peer in ("stock", "turbo", "turbo-masks"):
+        attention = {"padding_free_attention": "masks"} if peer == "turbo-masks" else {}
         trainer_class, args = (
             (Trainer, TrainingArguments(**common))
             if peer == "stock"
-            else (TurboTrainer, TurboTrainingArguments(**common))
+            else (TurboTrainer, TurboTrainingArguments(**common, **attention))
         )
         return trainer_class(model=model, args=args, train_dataset=data.train, data_collator=collator)
     require("trl", f"the sft workload's '{peer}' peer")

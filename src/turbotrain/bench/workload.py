@@ -35,7 +35,7 @@ from turbotrain.models import ModelShape
 
 PEERS = ("stock", "compiled", "turbo")
 TURBO_PASSES = ("label_sparsity", "padding_free", "embedding_grad", "fused_optimizer", "fused_activation")
-LENGTHS = ("fixed", "variable")
+LENGTHS = ("fixed", "variable", "long")  # long: sft rows of long-tailed lengths up to 4,096 (data/long_rows.py)
 TASKS = ("mlm", "cls", "clm", "sft")  # clm: GPT-2 causal LM on fixed blocks; sft: chat-style rows (bench/sft.py)
 
 
@@ -63,6 +63,8 @@ class Workload(ModelShape):
             raise ValueError(f"lengths must be one of {LENGTHS} and task one of {TASKS}")
         if self.task in ("cls", "sft") and self.lengths == "fixed":
             raise ValueError(f"task='{self.task}' needs lengths='variable' (rows at their natural lengths)")
+        if self.lengths == "long" and self.task != "sft":
+            raise ValueError("lengths='long' is for task='sft' (long-tailed rows, every token labelled)")
         if self.task == "clm" and self.lengths != "fixed":
             raise ValueError("task='clm' needs lengths='fixed' (causal LM on fixed blocks)")
         if self.task == "sft":

@@ -80,6 +80,11 @@ def packed_attention_forward(original: str, module: nn.Module, query, key, value
     stock = _stock_function(original, module)
     if sequences is None:
         return stock(module, query, key, value, attention_mask, **kwargs)
+    return _attend_within_sequences(stock, original, module, query, key, value, sequences, kwargs)
+
+
+@torch.compiler.disable  # a loop over this batch's lengths: traced, it would recompile for every batch
+def _attend_within_sequences(stock, original, module, query, key, value, sequences: PackedSequences, kwargs):
     if kwargs.get("position_bias") is not None:
         raise NotImplementedError("packed attention cannot split a position bias over the row")
     causal = kwargs.pop("is_causal", None)
@@ -100,6 +105,7 @@ def _stock_function(original: str, module: nn.Module):
     return eager
 
 
+@torch.compiler.disable  # Dynamo cannot trace a ContextVar
 def _packed_mask(original: str, *args, **kwargs):
     config = kwargs.get("config")
     if config is not None and id(config) in _packed_configs.get():
@@ -168,9 +174,8 @@ def _fused_varlen(query, key, value, causal: bool, kwargs: dict) -> torch.Tensor
         from torch.nn.attention.varlen import varlen_attn
 
         right = 0 if causal else left
-        return varlen_attn(
-            q, k, v, cu, cu, longest, longest, scale=scale, window_size=(left, right), enable_gqa=k.shape[1] != q.shape[1]
-        )
+        gqa = k.shape[1] != q.shape[1]
+        return varlen_attn(q, k, v, cu, cu, longest, longest, scale=scale, window_size=(left, right), enable_gqa=gqa)
     except Exception as error:  # a kernel this GPU or build lacks: say so once, attend per length from now on
         _kernel_failed.add(kernel)
         warn_once(f"turbotrain: packed attention's {kernel} kernel failed ({type(error).__name__}: {error}); "
@@ -231,10 +236,12 @@ class AttentionSwitch:
         """A context in which the model runs its own attention (the self-check's reference forward)."""
         return _Switched(self)
 
+    @torch.compiler.disable
     def mark_packed(self) -> None:
         """Masks of this model are None until `unmark` (a packed forward is running)."""
         self._marks.append(_packed_configs.set(_packed_configs.get() | self.config_ids))
 
+    @torch.compiler.disable
     def unmark(self) -> None:
         if self._marks:
             _packed_configs.reset(self._marks.pop())

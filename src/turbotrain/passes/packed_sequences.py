@@ -8,12 +8,14 @@ Made in the collator from the packer's layout (packing.py), O(tokens), on the ho
   into the head's weight gradient through its zero loss gradient); `max_length_q`, `max_length_k`: the
   longest segment, a Python int (a kernel's launch size: no host sync in the step). These are the names
   Transformers' flash-attention path takes from the model's keyword arguments (`FlashAttentionKwargs`);
-* `turbotrain_sequence_order` [N] long and `turbotrain_sequence_groups` ((count, length), ...): the
-  flattened index of every real token, the sequences grouped by length (every sequence of the shortest
-  length, each in its order, then the next length ...): the per-length attention (packed_attention.py)
-  gathers one group as [count, length] and runs one attention call for all its sequences.
+* `turbotrain_packed_sequences`, a `PackedSequences`: `order` [N] long, the flattened index of every real
+  token, the sequences grouped by length (every sequence of the shortest length, each in its order, then the
+  next length ...), and `groups` ((count, length), ...): the per-length attention (packed_attention.py)
+  gathers one group as [count, length] and runs one attention call for all its sequences. One object, not
+  a tuple of ints in the batch: torch.compile guards on the ints it sees, and would recompile for every
+  batch's lengths; it has `pin_memory()` for the DataLoader and the hook moves it to the model's device.
 
-The model-side hook hands the last two to the attention function as one `PackedSequences`.
+The model-side hook hands it to the attention function as `turbotrain_sequences`.
 """
 
 from __future__ import annotations
@@ -24,8 +26,7 @@ import torch
 
 CU_SEQ_LENS = ("cu_seq_lens_q", "cu_seq_lens_k")
 MAX_LENGTHS = ("max_length_q", "max_length_k")
-SEQUENCE_ORDER = "turbotrain_sequence_order"
-SEQUENCE_GROUPS = "turbotrain_sequence_groups"
+PACKED_SEQUENCES = "turbotrain_packed_sequences"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class PackedSequences:
 
     def to(self, device) -> PackedSequences:
         return PackedSequences(self.order.to(device, non_blocking=True), self.groups)
+
+    def pin_memory(self) -> PackedSequences:  # the DataLoader's pin_memory=True calls it
+        return PackedSequences(self.order.pin_memory(), self.groups)
 
 
 def sequence_metadata(segments: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor) -> dict:
@@ -57,6 +61,7 @@ def sequence_metadata(segments: torch.Tensor, lengths: torch.Tensor, starts: tor
     return {
         **dict.fromkeys(CU_SEQ_LENS, cu_seq_lens),
         **dict.fromkeys(MAX_LENGTHS, longest),
-        SEQUENCE_ORDER: torch.cat(order) if order else torch.zeros(0, dtype=torch.long),
-        SEQUENCE_GROUPS: tuple(groups),
+        PACKED_SEQUENCES: PackedSequences(
+            torch.cat(order) if order else torch.zeros(0, dtype=torch.long), tuple(groups)
+        ),
     }

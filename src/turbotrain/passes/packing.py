@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from turbotrain.modeling import IGNORE_INDEX
-from turbotrain.passes.packed_sequences import SEQUENCE_GROUPS, SEQUENCE_ORDER, sequence_metadata
+from turbotrain.passes.packed_sequences import PACKED_SEQUENCES, sequence_metadata
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -66,7 +66,7 @@ SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
 REAL_TOKENS = "turbotrain_real_tokens"
 SEGMENTS = "turbotrain_segments"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS, SEQUENCE_ORDER, SEQUENCE_GROUPS)
+PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS, PACKED_SEQUENCES)
 MASK_MODES = ("block", "positions", "layers", "sequences")
 ROW_TOKENS = ("auto", "longest")  # or an int: rows of that many tokens
 

@@ -77,7 +77,7 @@ from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.packed_attention import SEQUENCES, AttentionSwitch
-from turbotrain.passes.packed_sequences import SEQUENCE_GROUPS, SEQUENCE_ORDER, PackedSequences
+from turbotrain.passes.packed_sequences import PACKED_SEQUENCES
 from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import compare_losses
 from turbotrain.utils.mode import training_mode
@@ -142,7 +142,8 @@ def mask_modes(model: nn.Module, causal: bool, attention: str = "packed") -> lis
 
 
 def attention_family(implementation: str | None) -> str | None:
-    """"masked" (SDPA, eager), "flash" (flash attention 2/3/4, flash kernels), "flex", or None."""
+    """The kind of attention `implementation` is: "masked" (SDPA, eager), "flash" (flash attention 2/3/4, flash
+    kernels), "flex", or None (none packing keeps exact)."""
     if implementation in MASKED_ATTENTION:
         return "masked"
     if implementation and "flash" in implementation and not implementation.startswith("paged|"):
@@ -203,12 +204,11 @@ class PaddingFree(HookedPass):
     def _take_starts(self, module, args, kwargs):
         if SEQUENCE_STARTS not in kwargs:
             return None
-        self._starts = kwargs[SEQUENCE_STARTS]
-        segments, order, groups = kwargs[SEGMENTS], kwargs.get(SEQUENCE_ORDER), kwargs.get(SEQUENCE_GROUPS)
+        self._starts, segments, given = kwargs[SEQUENCE_STARTS], kwargs[SEGMENTS], kwargs
         kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
         mask, dtype = kwargs.get("attention_mask"), next(module.parameters()).dtype
         if self.spec.mask == "sequences":
-            self._sequences(module, kwargs, segments, PackedSequences(order, groups), dtype)
+            self._sequences(module, kwargs, segments, given, dtype)
         elif self.spec.mask == "positions":  # the model masks each layer from the restarting position_ids
             kwargs.pop("attention_mask", None)
             kwargs["use_cache"] = False
@@ -223,7 +223,8 @@ class PaddingFree(HookedPass):
             )
         return args, kwargs
 
-    def _sequences(self, module, kwargs: dict, segments, sequences: PackedSequences, dtype) -> None:
+    @torch.compiler.disable  # reads this batch's lengths: traced, it would recompile for every batch
+    def _sequences(self, module, kwargs: dict, segments, given: dict, dtype) -> None:
         """No mask: the attention keeps to each sequence (packed_attention.py, or flash attention's varlen path
         on `cu_seq_lens_q`). A model switched to another attention after install is followed (sdpa, eager), or
         given per-layer masks (one warning)."""
@@ -231,7 +232,7 @@ class PaddingFree(HookedPass):
         if _takes(inner, "use_cache"):
             kwargs["use_cache"] = False
         if self.attention is not None and self.attention.follow():
-            kwargs[SEQUENCES] = sequences.to(segments.device)  # the [R, C] real-token mask stays, unused
+            kwargs[SEQUENCES] = given[PACKED_SEQUENCES].to(segments.device)  # the [R, C] mask stays, unused
             self.attention.mark_packed()
         elif attention_family(_implementation(inner)) == "flash":
             kwargs.pop("attention_mask", None)
@@ -369,7 +370,9 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
         return "decoder sequence classification pools the last non-pad token of each padded row"
     implementation = hf_boundary.attention_implementation(modeling.unwrap(model).config)
     if attention_family(implementation) is None:
-        return f"its attention implementation '{implementation}' is not one packing keeps exact (sdpa, eager, flash, flex)"
+        return (
+            f"its attention implementation '{implementation}' is not one packing keeps exact (sdpa, eager, flash, flex)"
+        )
     if modeling.reads_masked_positions(model):
         return "its outputs read tokens its attention mask hides (a convolution over the sequence), so packed neighbours would change them"
     return None
