@@ -39,6 +39,7 @@ Not switched: models whose attention Transformers cannot set at run time, and ot
 from __future__ import annotations
 
 import contextvars
+import functools
 import importlib.util
 import logging
 import sys
@@ -97,11 +98,15 @@ def _attend_within_sequences(stock, original, module, query, key, value, sequenc
 
 
 def _stock_function(original: str, module: nn.Module):
-    if original == "sdpa":
-        return ALL_ATTENTION_FUNCTIONS["sdpa"]
-    eager = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    return ALL_ATTENTION_FUNCTIONS["sdpa"] if original == "sdpa" else _eager_function(type(module))
+
+
+@functools.cache
+def _eager_function(attention_class: type):
+    """The module-level `eager_attention_forward` of the model file that defines `attention_class`."""
+    eager = getattr(sys.modules.get(attention_class.__module__), "eager_attention_forward", None)
     if eager is None:
-        raise NotImplementedError(f"{type(module).__name__}'s module has no eager_attention_forward to call")
+        raise NotImplementedError(f"{attention_class.__name__}'s module has no eager_attention_forward to call")
     return eager
 
 
@@ -160,7 +165,8 @@ def _fused_varlen(query, key, value, causal: bool, kwargs: dict) -> torch.Tensor
     if kernel is None:
         return None
     q, k, v = (_tokens(x).contiguous() for x in (query, key, value))
-    cu, longest, window = kwargs[CU_SEQ_LENS[0]], kwargs[MAX_LENGTHS[0]], kwargs.get("sliding_window")
+    cu = kwargs[CU_SEQ_LENS[0]].to(q.device, torch.int32, non_blocking=True)  # no-op where the Trainer moved it
+    longest, window = kwargs[MAX_LENGTHS[0]], kwargs.get("sliding_window")
     left = -1 if window is None else window - 1
     scale = kwargs.get("scaling")
     try:
@@ -189,12 +195,17 @@ def _varlen_kernel(query, value, kwargs: dict) -> str | None:
         return None
     if query.shape[-1] != value.shape[-1] or query.shape[-1] > 256 or kwargs.get("s_aux") is not None:
         return None
-    if "flash_attn" not in _kernel_failed and importlib.util.find_spec("flash_attn") is not None:
+    if "flash_attn" not in _kernel_failed and _installed("flash_attn"):
         return "flash_attn"
     plain = not kwargs.get("dropout") and kwargs.get("softcap") is None
-    if plain and "torch" not in _kernel_failed and importlib.util.find_spec("torch.nn.attention.varlen"):
+    if plain and "torch" not in _kernel_failed and _installed("torch.nn.attention.varlen"):
         return "torch"
     return None
+
+
+@functools.cache
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
 
 
 class AttentionSwitch:
