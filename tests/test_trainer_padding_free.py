@@ -14,6 +14,7 @@ from tests.trainer_helpers import (
     variable_length_dataset,
 )
 from turbotrain import TurboTrainer, TurboTrainingArguments
+from turbotrain.passes.packing import SEQUENCE_STARTS
 
 
 def run(trainer_class, args_class, family, task, tmp_path, dropout=False, **overrides):
@@ -36,12 +37,31 @@ def test_golden_losses_packed_match_stock_dynamic_padding(family, task, tmp_path
     assert len(set(stock)) == len(stock)
 
 
-def test_training_batches_are_packed_and_eval_batches_are_not(tmp_path):
-    trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path)
+@pytest.mark.parametrize("attention,mask_dims", [("packed", 2), ("masks", 4)])
+def test_training_batches_are_packed_and_eval_batches_are_not(tmp_path, attention, mask_dims):
+    # packed attention: one row per batch ("auto"), segment metadata and no 4-D mask; masks: the block mask
+    trainer = run(TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, padding_free_attention=attention)
     train_batch = next(iter(trainer.get_train_dataloader()))
-    assert train_batch["attention_mask"].dim() == 4 and "position_ids" in train_batch
+    assert SEQUENCE_STARTS in train_batch and "position_ids" in train_batch
+    assert train_batch["attention_mask"].dim() == mask_dims and ("cu_seq_lens_q" in train_batch) == (
+        attention == "packed"
+    )
+    assert train_batch["input_ids"].shape[0] == 1 or attention == "masks"
     eval_batch = next(iter(trainer.get_eval_dataloader(variable_length_dataset(n=8, seed=1))))
-    assert eval_batch["attention_mask"].dim() == 2
+    assert eval_batch["attention_mask"].dim() == 2 and SEQUENCE_STARTS not in eval_batch
+
+
+@pytest.mark.parametrize("row_tokens", ["auto", "longest", "24"])
+@pytest.mark.parametrize("family,task", [("gpt2", "lm"), ("bert", "cls"), ("llama", "lm")])
+def test_rows_packed_to_a_token_budget_keep_stocks_losses(family, task, row_tokens, tmp_path):
+    # rows longer than the longest sequence change nothing in the loss (token sums, num_items_in_batch from the
+    # padded labels), nor in pooled classification
+    stock = train_losses(run(Trainer, TrainingArguments, family, task, tmp_path))
+    turbo = run(TurboTrainer, TurboTrainingArguments, family, task, tmp_path, padding_free_row_tokens=row_tokens)
+    assert turbo.turbo_report.padding_free.spec.mask == "sequences"
+    rows = [batch["input_ids"].shape[0] for batch in turbo.get_train_dataloader()]
+    assert (max(rows) == 1) == (row_tokens == "auto")
+    assert_losses_close(train_losses(turbo), stock)
 
 
 def test_evaluate_returns_padded_full_logits(tmp_path):
@@ -76,4 +96,4 @@ def test_padding_free_with_dropout_packs_when_asked(tmp_path):
         TurboTrainer, TurboTrainingArguments, "roberta", "lm", tmp_path, dropout=True, padding_free_with_dropout=True
     )
     assert "padding_free" in trainer.turbo_report.applied
-    assert next(iter(trainer.get_train_dataloader()))["attention_mask"].dim() == 4
+    assert SEQUENCE_STARTS in next(iter(trainer.get_train_dataloader()))

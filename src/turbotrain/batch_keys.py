@@ -18,4 +18,5 @@ SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
 REAL_TOKENS = "turbotrain_real_tokens"
 SEGMENTS = "turbotrain_segments"
-PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS)
+PACKED_SEQUENCES = "turbotrain_packed_sequences"  # passes/packed_sequences.py: what the packed attention reads
+PRIVATE_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, REAL_TOKENS, SEGMENTS, PACKED_SEQUENCES)

@@ -14,7 +14,8 @@ Two kinds of use:
   `_inner_training_loop` -> `turbo_training_loop`, `_save_checkpoint` -> `turbo_checkpoint`.
 * Functions for the parts of Trainer's loop that a backend with its own loop reuses (xla: state,
   resume, loss tracking, log/save/evaluate, finalize), and single private attributes
-  (`attention_implementation`), and the decoder inputs a sequence-to-sequence model builds from its labels
+  (`attention_implementation`; `set_attention_implementation` switches it through the public
+  `set_attn_implementation`, for padding-free's packed attention), and the decoder inputs a sequence-to-sequence model builds from its labels
   (`decoder_input_ids_from_labels`).
 """
 
@@ -101,6 +102,16 @@ def missing_loop_parts() -> list[str]:
 def attention_implementation(config) -> str | None:
     """The attention implementation the model was built with ("sdpa", "eager", "flash_attention_2"...)."""
     return getattr(config, "_attn_implementation", None)
+
+
+def set_attention_implementation(model: torch.nn.Module, name: str) -> bool:
+    """Switch `model` (a Transformers model) to the registered attention `name` through its public
+    `set_attn_implementation`; whether its config now reads `name` (False where the model cannot switch)."""
+    try:
+        model.set_attn_implementation(name)
+    except (ValueError, ImportError, AttributeError):
+        return False
+    return attention_implementation(model.config) == name
 
 
 def decoder_input_ids_from_labels(model: torch.nn.Module, labels: torch.Tensor) -> torch.Tensor | None:

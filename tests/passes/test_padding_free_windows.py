@@ -150,19 +150,24 @@ def _batch(model, family, lengths=LENGTHS, seed=0):
     return batch
 
 
+# with the packed-attention function (padding_free_attention="packed", the default): the mode chosen
+PACKED_MODES = {family: "sequences" for family in FAMILIES}
+
+
+@pytest.mark.parametrize("attention", ["masks", "packed"])
 @pytest.mark.parametrize("label_sparsity", [False, True], ids=["dense-head", "label-sparsity"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_packed_rows_keep_every_layers_window(family, label_sparsity):
+def test_packed_rows_keep_every_layers_window(family, label_sparsity, attention):
     model = _build(family)
     stock = copy.deepcopy(model)
     with warnings.catch_warnings():
         warnings.filterwarnings("error", ".*padding-free", TurbotrainWarning)  # no refusal: the pass applies
-        report = optimize(model, label_sparsity=label_sparsity, embedding_grad=False)
+        report = optimize(model, label_sparsity=label_sparsity, embedding_grad=False, padding_free_attention=attention)
     assert report.padding_free is not None
-    assert report.padding_free.spec.mask == FAMILIES[family][1]
+    assert report.padding_free.spec.mask == (FAMILIES[family][1] if attention == "masks" else PACKED_MODES[family])
     padded = _batch(model, family)
     packed = report.collator(lambda features: features)(dict(padded))
-    assert packed["input_ids"].shape[0] < padded["input_ids"].shape[0]  # sequences really share rows
+    assert packed["input_ids"].numel() < padded["input_ids"].numel()  # sequences really share rows
     expected, got = loss_and_grads(stock, padded), loss_and_grads(model, packed)
     if family == "gemma4":  # per-layer input projections: float noise up to 1.3e-5 of a tensor's scale (a
         # mask error moved losses by 1e-3); each gradient judged against its tensor's largest value
@@ -242,7 +247,8 @@ def test_chunked_attention_counts_chunks_from_each_packed_sequences_start():
     assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
 
 
-def test_gemma3_270m_shapes_with_its_own_512_token_window():
+@pytest.mark.parametrize("attention,mode,rows", [("masks", "positions", 2), ("packed", "sequences", 1)])
+def test_gemma3_270m_shapes_with_its_own_512_token_window(attention, mode, rows):
     # Gemma-3-270m's published shapes (hidden 640, 4 heads, 1 KV head, head_dim 256, FFN 2,048, 512-token
     # window), two of its layers (one sliding, one full); sequences of 560 and 530 tokens outrun the window,
     # and the 20-token one is packed behind the 530-token one. The vocabulary is cut from 262,144 to 8,192:
@@ -258,11 +264,11 @@ def test_gemma3_270m_shapes_with_its_own_512_token_window():
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(config)
     stock = copy.deepcopy(model)
-    report = optimize(model, label_sparsity=True)
-    assert report.padding_free is not None and report.padding_free.spec.mask == "positions"
+    report = optimize(model, label_sparsity=True, padding_free_attention=attention)
+    assert report.padding_free is not None and report.padding_free.spec.mask == mode
     padded = padded_batch([560, 530, 20], keep=0.2, seed=5)
     packed = report.collator(lambda features: features)(dict(padded))
-    assert packed["input_ids"].shape[0] == 2
+    assert packed["input_ids"].shape[0] == rows
     assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
 
 

@@ -15,7 +15,8 @@ Each mask is made by the very `masking_utils` function such a model calls for th
   Sequences are contiguous in a row, so distances within a sequence are stock's: bands come out as stock's.
 What this cannot see are overlays a model adds itself (`or_mask_function`, `and_mask_function`): the
 "positions" mode keeps those, and the self-check compares every token, so a model that needs them fails it.
-Layer types without a builder here are refused by the caller.
+Layer types without a builder here are refused by the caller. A model without `config.layer_types` (one
+rule for every layer: BERT on flex attention) gets one mask, made by the "full_attention" builder, not a dict.
 
 Shapes: segments [R, C] (the packer's `turbotrain_segments`) -> masks in the form the model's attention
 implementation takes (SDPA: [R, 1, C, C] bool; eager: additive float).
@@ -50,21 +51,21 @@ def layer_masks(
     its position within its sequence."""
     rows, capacity = segments.shape
     shape_only = torch.empty((rows, capacity, 0), dtype=dtype, device=segments.device)  # sizes, dtype, device
-    if causal:
-        return {
-            kind: CAUSAL_BUILDERS[kind](
+    same_sequence = masking_utils.packed_sequence_mask_function(segments)
+
+    def build(kind: str):
+        if causal:
+            return CAUSAL_BUILDERS[kind](
                 config=config, inputs_embeds=shape_only, attention_mask=None, cache=None, position_ids=positions
             )
-            for kind in sorted(set(kinds))
-        }
-    same_sequence = masking_utils.packed_sequence_mask_function(segments)
-    return {
-        kind: BIDIRECTIONAL_BUILDERS[kind](
+        return BIDIRECTIONAL_BUILDERS[kind](
             config=config,
             inputs_embeds=shape_only,
             attention_mask=None,
             and_mask_function=same_sequence,
             allow_is_bidirectional_skip=False,
         )
-        for kind in sorted(set(kinds))
-    }
+
+    if not kinds:
+        return build("full_attention")
+    return {kind: build(kind) for kind in sorted(set(kinds))}

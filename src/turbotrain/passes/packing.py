@@ -6,7 +6,10 @@ number a left-padded sequence from its first pad, so packing it would change the
 whose rotary frequencies packing would change (`rope_rule`): stock computes them from the padded row's
 length L, a packed row from its longest sequence, so a LongRoPE model (Phi-3) is packed only when both are
 on the same side of its original limit, and a dynamic-NTK one only when L is below its limit (past it
-the rescaled table depends on L and on earlier batches). Output, for `R` rows of capacity `C` (C = longest sequence, rounded up to `multiple_of`):
+the rescaled table depends on L and on earlier batches). Output, for `R` rows of capacity `C`, rounded up to
+`multiple_of`: C = the longest sequence, except with the "sequences" mask (per-sequence attention, no C^2
+cost per row), where the spec's `row_tokens` sets it: "auto" all of the batch's tokens in one row, an int
+rows of that many tokens (at least the longest sequence), "longest" as the other modes:
 
 * every per-token tensor [B, L] (input_ids, labels, token_type_ids, ...) becomes [R, C]; sequences are
   placed first-fit-decreasing (longest first, each into the first row with room), which fills rows
@@ -23,6 +26,8 @@ the rescaled table depends on L and on earlier batches). Output, for `R` rows of
     the model builds every layer's own mask (sliding window, chunks, its own overlays) from the
     restarting `position_ids`, as Transformers' `masking_utils` does for packed rows; with "layers"
     the hook builds one mask per layer type from the segment ids below;
+  - "sequences": [R, C] as above, and the segment metadata of packed_sequences.py (`cu_seq_lens_q`, ...):
+    the packed-attention function (packed_attention.py) attends within each sequence, no mask at all;
 * labels: -100 on the tail; for causal models also on each sequence's first token, which the shifted
   loss would otherwise make the previous sequence's last token predict. Stock never scores that
   label either (it sits at position 0 of its padded row), so the loss is unchanged;
@@ -38,7 +43,10 @@ The `turbotrain_` keys are removed by the model-side hook before the model runs.
 
 Waste: only each row's tail, under one sequence per row; stock dynamic padding wastes
 B * L - sum(lengths). Attention inside a row is dense with a block-diagonal mask: (C^2 per row), with
-every mode (the "positions" and "layers" masks are made on the model's device instead of the host).
+the "block", "positions" and "layers" modes (the last two make theirs on the model's device); with
+"sequences" it is sum(l_i^2), whatever the rows, so rows can hold the whole batch. Row length changes
+nothing in the loss: it is a sum over tokens, each token sees its own sequence only, and
+`num_items_in_batch` is counted on the padded labels.
 """
 
 from __future__ import annotations
@@ -56,11 +64,13 @@ from turbotrain.batch_keys import (
     SEGMENTS,
     SEQUENCE_STARTS,
 )
+from turbotrain.passes.packed_sequences import sequence_metadata
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-MASK_MODES = ("block", "positions", "layers")
+MASK_MODES = ("block", "positions", "layers", "sequences")
+ROW_TOKENS = ("auto", "longest")  # or an int: rows of that many tokens
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,7 @@ class PackingSpec:
     shifted_labels: bool | None = None  # the loss predicts the next token (causal LM); None: same as `causal`
     mask: str = "block"  # how the packed rows' attention is masked: one of MASK_MODES (module docstring)
     rope_rule: tuple[str, int] | None = None  # ("longrope" | "dynamic", length limit): modeling.length_dependent_rope
+    row_tokens: int | str = "longest"  # row capacity with the "sequences" mask: one of ROW_TOKENS or an int
 
     @property
     def shifts_labels(self) -> bool:
@@ -117,7 +128,7 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
             padded_length,
         )
         return batch
-    capacity = _round_up(max(int(lengths.max()), min_capacity), spec.multiple_of)
+    capacity = _round_up(max(_row_tokens(spec, lengths), min_capacity), spec.multiple_of)
     placements = plan_rows(lengths.tolist(), capacity)
     num_rows = max(row for row, _ in placements) + 1
     starts = torch.tensor([row * capacity + offset for row, offset in placements], dtype=torch.long)
@@ -149,10 +160,22 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
         packed["attention_mask"] = _block_mask(segments, spec.causal)
     else:
         packed["attention_mask"] = (~tail).long().view(num_rows, capacity)
+    if spec.mask == "sequences":
+        packed.update(sequence_metadata(segments, lengths, starts))
     packed[SEGMENTS] = segments
     packed[SEQUENCE_STARTS] = starts
     packed[REAL_TOKENS] = lengths.sum()
     return packed
+
+
+def _row_tokens(spec: PackingSpec, lengths: torch.Tensor) -> int:
+    """How many tokens a row holds before rounding (module docstring): the longest sequence at least."""
+    longest = int(lengths.max())
+    if spec.mask != "sequences" or spec.row_tokens == "longest":
+        return longest
+    if spec.row_tokens == "auto":
+        return int(lengths.sum())
+    return max(int(spec.row_tokens), longest)
 
 
 def _same_rotary_table(rule: tuple[str, int] | None, padded_length: int, longest: int) -> bool:

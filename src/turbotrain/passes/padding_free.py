@@ -2,12 +2,18 @@
 
 Contract
 --------
-Supported: masked-LM, causal-LM and token-classification models of any family whose attention takes
-a prepared 4-D mask (Transformers' `masking_utils` passes such masks through unchanged to the model's
-registered attention: SDPA, or eager with the mask made additive here), and encoder sequence
-classification (BERT, RoBERTa, DistilBERT, ...). Nothing in the model's code changes: the batch
-carries `position_ids` that restart per sequence and a block-diagonal mask, so each sequence sees
-exactly what it saw alone in its padded row, and the loss is the same token-weighted loss.
+Supported: masked-LM, causal-LM and token-classification models of any family, and encoder sequence
+classification (BERT, RoBERTa, DistilBERT, ...), on SDPA, eager, flash or flex attention. Nothing in the
+model's code changes: the batch carries `position_ids` that restart per sequence, and each sequence's
+attention is kept to the sequence (the mask modes below), so each sequence sees exactly what it saw alone
+in its padded row, and the loss is the same token-weighted loss.
+
+First choice, "sequences" (no mask at all): SDPA and eager models are switched onto the packed-attention
+function (packed_attention.py: per-length SDPA or the model's eager code on CPU, a varlen kernel on CUDA),
+and the batch carries segment metadata (`cu_seq_lens_q`, packed_sequences.py) instead of a mask; flash
+attention models take the same `cu_seq_lens_q` / `max_length_q` keywords in Transformers' own varlen path.
+Rows then hold up to `row_tokens` tokens ("auto": the whole batch in one row). `remove()` switches the
+attention back. Where the self-check refuses it, or with `attention="masks"`, the mask modes below.
 
 Sequence classification pools one output per sequence: a hook gathers each sequence's first token,
 [R, C, H] -> [N, 1, H], where the model pools (the base model's `pooler` input if it has one, else the
@@ -23,8 +29,8 @@ seeded ATen ops one tiny training-mode forward and backward runs, `modeling.draw
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
-choice: their labels are positions in the padded row), attention implementations that take no
-4-D mask (flash-attention), models whose outputs at real tokens change with the ids under the mask
+choice: their labels are positions in the padded row), attention implementations other than SDPA,
+eager, flash and flex (paged attention, custom kernels), models whose outputs at real tokens change with the ids under the mask
 (`modeling.reads_masked_positions`: ConvBERT's span convolution reads its neighbours outside
 attention, so packed neighbours would change them by ~1e-5 relative, below the self-check's
 tolerance), models where a sequence's outputs change with the sequence packed before it (Jamba's
@@ -44,9 +50,12 @@ mode says how packed rows are masked instead (packing.py):
   adds), as Transformers does for packed rows; `use_cache=False` so that no cache hides the packing;
 * "layers" (bidirectional models with windows: ModernBERT; causal ones whose mask ignores
   `position_ids`: GPT-OSS): one mask per `config.layer_types` kind, made by the `masking_utils`
-  function the model uses for that kind, packed (layer_masks.py).
-A causal model tries "positions", then "layers"; the first whose self-check passes is kept, and a model
-that passes neither (or whose layer kinds have no builder) is refused.
+  function the model uses for that kind, packed (layer_masks.py); flex models without windows get one
+  block mask made the same way.
+Order tried ("sequences" first where the model's attention is SDPA or eager, then): "block" for models
+without windows, else "positions" then "layers" for causal models, "layers" for bidirectional ones;
+flex attention skips "block" (a dense mask would be added to its scores), flash takes "sequences" only.
+The first whose self-check passes is kept, and a model that passes none is refused.
 The self-check packs sequences longer than the largest window or chunk, two of them sharing a row,
 and compares every real token's output as well as the loss.
 
@@ -59,6 +68,7 @@ from __future__ import annotations
 import inspect
 import logging
 from dataclasses import replace
+from functools import partial
 
 import torch
 from torch import nn
@@ -66,6 +76,8 @@ from torch import nn
 from turbotrain import hf_boundary, modeling
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
+from turbotrain.passes.packed_attention import SEQUENCES, AttentionSwitch
+from turbotrain.passes.packed_sequences import PACKED_SEQUENCES
 from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.registry import Option, PassSpec, register_pass
 from turbotrain.passes.self_check import check_under_run_precision
@@ -75,6 +87,7 @@ from turbotrain.utils.warnings import warn_once
 logger = logging.getLogger("turbotrain")
 
 MASKED_ATTENTION = {"sdpa", "eager"}
+ATTENTION_CHOICES = ("packed", "masks")  # the packed-attention function where it applies, or masks only
 
 
 class PackingCollator:
@@ -98,8 +111,10 @@ def _task(model: nn.Module) -> str | None:
     return "per_token" if task in modeling.PER_TOKEN_TASKS else None
 
 
-def packing_spec(model: nn.Module, multiple_of: int = 8, mask: str | None = None) -> PackingSpec:
-    """What packing must know of `model`; `mask`: the mask mode (default: the first of `mask_modes`)."""
+def packing_spec(
+    model: nn.Module, multiple_of: int = 8, mask: str | None = None, row_tokens: int | str = "longest"
+) -> PackingSpec:
+    """What packing must know of `model`; `mask`: the mask mode (default: the first mask mode of `mask_modes`)."""
     causal = modeling.has_causal_attention(model)
     return PackingSpec(
         causal=causal,
@@ -107,17 +122,33 @@ def packing_spec(model: nn.Module, multiple_of: int = 8, mask: str | None = None
         position_offset=modeling.position_offset(model),
         multiple_of=multiple_of,
         shifted_labels=modeling.is_causal_lm(model),  # a decoder's token classifier: no shift
-        mask=mask or mask_modes(model, causal)[0],
+        mask=mask or mask_modes(model, causal, attention="masks")[0],
         rope_rule=modeling.length_dependent_rope(model),
+        row_tokens=row_tokens,
     )
 
 
-def mask_modes(model: nn.Module, causal: bool) -> list[str]:
-    """The mask modes to try for `model`, best first (module docstring): "block" unless its layers window or
-    chunk attention."""
+def mask_modes(model: nn.Module, causal: bool, attention: str = "packed") -> list[str]:
+    """The mask modes to try for `model`, best first (module docstring): "sequences" first for SDPA and eager
+    models (unless `attention="masks"`), then "block" unless its layers window or chunk attention."""
+    family = attention_family(hf_boundary.attention_implementation(modeling.unwrap(model).config))
+    if family == "flash":
+        return ["sequences"]
+    masked = ["positions", "layers"] if causal else ["layers"]
     if not modeling.attention_spans(model):
-        return ["block"]
-    return ["positions", "layers"] if causal else ["layers"]
+        masked = ["block"] if family == "masked" else masked
+    packed = ["sequences"] if family == "masked" and attention == "packed" else []
+    return packed + masked
+
+
+def attention_family(implementation: str | None) -> str | None:
+    """The kind of attention `implementation` is: "masked" (SDPA, eager), "flash" (flash attention 2/3/4, flash
+    kernels), "flex", or None (none packing keeps exact)."""
+    if implementation in MASKED_ATTENTION:
+        return "masked"
+    if implementation and "flash" in implementation and not implementation.startswith("paged|"):
+        return "flash"
+    return "flex" if implementation == "flex_attention" else None
 
 
 def _takes(module: nn.Module, name: str) -> bool:
@@ -130,9 +161,9 @@ def _takes(module: nn.Module, name: str) -> bool:
 class PaddingFree(HookedPass):
     """The installed pass: the packing spec, and hooks that route per-sequence pooling."""
 
-    def __init__(self, model: nn.Module, spec: PackingSpec, pools: bool):
+    def __init__(self, model: nn.Module, spec: PackingSpec, pools: bool, attention: AttentionSwitch | None = None):
         super().__init__()
-        self.model, self.spec = model, spec
+        self.model, self.spec, self.attention = model, spec, attention
         self._starts: torch.Tensor | None = None
         self._handles = [
             model.register_forward_pre_hook(self._take_starts, with_kwargs=True),
@@ -143,6 +174,12 @@ class PaddingFree(HookedPass):
 
     def collator(self, inner) -> PackingCollator:
         return PackingCollator(inner, self.spec)
+
+    def remove(self) -> None:
+        super().remove()
+        if self.attention is not None:
+            self.attention.restore()
+            self.attention = None
 
     def _install_pool_gather(self, model: nn.Module):
         base = model.base_model
@@ -167,11 +204,12 @@ class PaddingFree(HookedPass):
     def _take_starts(self, module, args, kwargs):
         if SEQUENCE_STARTS not in kwargs:
             return None
-        self._starts = kwargs[SEQUENCE_STARTS]
-        segments = kwargs[SEGMENTS]
+        self._starts, segments, given = kwargs[SEQUENCE_STARTS], kwargs[SEGMENTS], kwargs
         kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
         mask, dtype = kwargs.get("attention_mask"), next(module.parameters()).dtype
-        if self.spec.mask == "positions":  # the model masks each layer from the restarting position_ids
+        if self.spec.mask == "sequences":
+            self._sequences(module, kwargs, segments, given, dtype)
+        elif self.spec.mask == "positions":  # the model masks each layer from the restarting position_ids
             kwargs.pop("attention_mask", None)
             kwargs["use_cache"] = False
         elif self.spec.mask == "layers":
@@ -185,7 +223,31 @@ class PaddingFree(HookedPass):
             )
         return args, kwargs
 
+    @torch.compiler.disable  # reads this batch's lengths: traced, it would recompile for every batch
+    def _sequences(self, module, kwargs: dict, segments, given: dict, dtype) -> None:
+        """No mask: the attention keeps to each sequence (packed_attention.py, or flash attention's varlen path
+        on `cu_seq_lens_q`). A model switched to another attention after install is followed (sdpa, eager), or
+        given per-layer masks (one warning)."""
+        inner = modeling.unwrap(module)
+        if _takes(inner, "use_cache"):
+            kwargs["use_cache"] = False
+        if self.attention is not None and self.attention.follow():
+            kwargs[SEQUENCES] = given[PACKED_SEQUENCES].to(segments.device)  # the [R, C] mask stays, unused
+            self.attention.mark_packed()
+        elif attention_family(_implementation(inner)) == "flash":
+            kwargs.pop("attention_mask", None)
+        else:
+            warn_once(
+                f"turbotrain: padding-free: the model's attention became '{_implementation(inner)}' after "
+                "install; packed rows get per-layer masks"
+            )
+            positions = kwargs["position_ids"] - self.spec.position_offset
+            kinds, causal = modeling.layer_types(inner), self.spec.causal
+            kwargs["attention_mask"] = layer_masks(inner.config, segments, positions, dtype, kinds, causal)
+
     def _clear(self, module, args, output):
+        if self.attention is not None:
+            self.attention.unmark()
         self._starts = None
 
 
@@ -208,9 +270,12 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     lengths, capacity = check_lengths(model)
     padded = modeling.synthetic_batch(model, lengths, seed=4321, ignore_every=0 if installed.spec.causal else 3)
     packed = _packed(padded, installed.spec, next(model.parameters()).device, capacity)
-    problem = check_under_run_precision(model, lambda: model(**padded), lambda: model(**packed), "packed")
+    stock = partial(_stock_forward, model, installed, padded)
+    problem = check_under_run_precision(model, stock, lambda: model(**packed), "packed")
     if problem is None:
-        problem = compare_token_outputs(model, padded, packed)
+        problem = compare_token_outputs(model, padded, packed, stock)
+    if problem is None and installed.attention is not None:
+        problem = _padded_outputs_changed(model, stock, padded)
     if problem is None and carries_state(model, installed.spec):
         problem = (
             "a sequence's outputs change with the sequence packed before it in a row (state carried along the "
@@ -219,18 +284,40 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     return problem
 
 
-def _packed(padded: dict, spec: PackingSpec, device, capacity: int = 0) -> dict:
-    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, spec, min_capacity=capacity)
-    return {k: v.to(device) for k, v in packed.items()}
+def _stock_forward(model: nn.Module, installed: PaddingFree, batch: dict):
+    """The model's output on `batch` with its own attention (switched back for the call where switched)."""
+    if installed.attention is None:
+        return model(**batch)
+    with installed.attention.stock():
+        return model(**batch)
 
 
-def compare_token_outputs(model: nn.Module, padded: dict, packed: dict) -> str | None:
-    """None when every real token's logits (per-sequence logits for a pooling classifier) agree between the
-    padded and the packed forward (1e-4 of the largest in fp32, 2e-2 otherwise), else what differs. A loss
-    hides a change at a few tokens (ModernBERT's local band moved the loss by 1.7e-5 only)."""
+def _padded_outputs_changed(model: nn.Module, stock, padded: dict) -> str | None:
+    """Whether a padded batch through the packed-attention function (evaluation) gives other outputs than stock."""
     try:
         with training_mode(model, False), torch.no_grad():
-            stock, rewritten = model(**padded).logits, model(**packed).logits
+            expected, got = stock().logits, model(**padded).logits
+    except Exception as error:
+        return f"the padded forward through packed attention raised {type(error).__name__}: {error}"
+    if not torch.equal(expected, got):
+        return f"padded outputs through packed attention differ from stock by {(expected - got).abs().max():.3g}"
+    return None
+
+
+def _packed(padded: dict, spec: PackingSpec, device, capacity: int = 0) -> dict:
+    packed = pack_batch({k: v.cpu() for k, v in padded.items()}, spec, min_capacity=capacity)
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in packed.items()}
+
+
+def compare_token_outputs(model: nn.Module, padded: dict, packed: dict, stock=None) -> str | None:
+    """None when every real token's logits (per-sequence logits for a pooling classifier) agree between the
+    padded and the packed forward (1e-4 of the largest in fp32, 2e-2 otherwise), else what differs. A loss
+    hides a change at a few tokens (ModernBERT's local band moved the loss by 1.7e-5 only). `stock`: the
+    padded forward to compare with (default: the model's on `padded`)."""
+    try:
+        with training_mode(model, False), torch.no_grad():
+            stock = stock() if stock is not None else model(**padded)
+            stock, rewritten = stock.logits, model(**packed).logits
     except Exception as error:
         return f"the packed forward raised {type(error).__name__}: {error}"
     tokens = padded["attention_mask"].bool()
@@ -281,9 +368,11 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
         return "its task is not masked-LM, causal-LM, token or sequence classification"
     if task == "sequence_classification" and spec.causal:
         return "decoder sequence classification pools the last non-pad token of each padded row"
-    implementation = hf_boundary.attention_implementation(model.config)
-    if implementation not in MASKED_ATTENTION:
-        return f"its attention implementation '{implementation}' takes no 4-D mask (use 'sdpa')"
+    implementation = hf_boundary.attention_implementation(modeling.unwrap(model).config)
+    if attention_family(implementation) is None:
+        return (
+            f"its attention implementation '{implementation}' is not one packing keeps exact (sdpa, eager, flash, flex)"
+        )
     if modeling.reads_masked_positions(model):
         return "its outputs read tokens its attention mask hides (a convolution over the sequence), so packed neighbours would change them"
     return None
@@ -293,9 +382,10 @@ def _mask_refusal(model: nn.Module, spec: PackingSpec) -> str | None:
     """Why `spec.mask` cannot mask this model's packed rows, or None."""
     if spec.mask == "positions" and not _takes(modeling.unwrap(model), "position_ids"):
         return "its layers window or chunk attention and it takes no position_ids to mask each packed sequence by"
-    if spec.mask == "layers":
+    if spec.mask == "layers":  # without layer types: one rule for every layer, one mask (flex's block mask)
         kinds = modeling.layer_types(model)
-        unknown = unsupported_layer_types(kinds, spec.causal) if kinds else ["no config.layer_types"]
+        windowed = not kinds and modeling.attention_spans(model)
+        unknown = ["no config.layer_types"] if windowed else unsupported_layer_types(kinds, spec.causal)
         if unknown:
             return f"its layers window attention in a way packing cannot mask ({', '.join(unknown)})"
     return None
@@ -306,8 +396,11 @@ def _install_exact(model: nn.Module, task: str, specs: list[PackingSpec], check:
     problems = []
     for spec in specs:
         problem = _mask_refusal(model, spec)
+        switch = None
+        if problem is None and spec.mask == "sequences" and attention_family(_implementation(model)) == "masked":
+            switch, problem = AttentionSwitch.apply(model)
         if problem is None:
-            installed = PaddingFree(model, spec, pools=task == "sequence_classification")
+            installed = PaddingFree(model, spec, pools=task == "sequence_classification", attention=switch)
             problem = self_check(model, installed, task) if check else None
             if problem is None:
                 return installed, None
@@ -316,21 +409,34 @@ def _install_exact(model: nn.Module, task: str, specs: list[PackingSpec], check:
     return None, "; ".join(problems)
 
 
+def _implementation(model: nn.Module) -> str | None:
+    return hf_boundary.attention_implementation(modeling.unwrap(model).config)
+
+
 def apply_padding_free(
-    model: nn.Module, check: bool = True, multiple_of: int = 8, with_dropout: bool = False
+    model: nn.Module,
+    check: bool = True,
+    multiple_of: int = 8,
+    with_dropout: bool = False,
+    row_tokens: int | str = "auto",
+    attention: str = "packed",
 ) -> PaddingFree | None:
     """Install padding-free training on `model`; return the pass, or None (with one warning).
 
-    A model that trains with dropout is refused unless `with_dropout` (packed rows draw other masks)."""
+    A model that trains with dropout is refused unless `with_dropout` (packed rows draw other masks).
+    `row_tokens` ("auto", "longest" or an int): row capacity with packed attention (packing.py);
+    `attention`: "packed" tries the packed-attention function first, "masks" only the mask modes."""
+    if attention not in ATTENTION_CHOICES:
+        raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, not {attention!r}")
     name = type(model).__name__
     if not hasattr(model, "config") or not hasattr(model, "base_model"):
         warn_once(f"turbotrain: padding-free left {name} padded: it is not a Transformers model.")
         return None
-    task, spec = _task(model), packing_spec(model, multiple_of)
+    task, spec = _task(model), packing_spec(model, multiple_of, row_tokens=row_tokens)
     problem = _refusal(model, task, spec) or (None if with_dropout else _random_draws_refusal(model))
     installed = None
     if problem is None:
-        specs = [replace(spec, mask=mode) for mode in mask_modes(model, spec.causal)]
+        specs = [replace(spec, mask=mode) for mode in mask_modes(model, spec.causal, attention)]
         installed, problem = _install_exact(model, task, specs, check)
     if problem is not None:
         warn_once(f"turbotrain: padding-free left {name} padded: {problem}.")
@@ -383,6 +489,11 @@ def loss_reads_rows(trainer) -> str | None:
     return f"{name} computes its own loss, which may read rows"
 
 
+def _row_tokens(value) -> int | str:
+    """`padding_free_row_tokens` as packing takes it: "auto", "longest" or an int."""
+    return int(value) if str(value).isdigit() else str(value)
+
+
 register_pass(
     PassSpec(
         name="padding_free",
@@ -392,7 +503,11 @@ register_pass(
         ),
         order=30,
         install=lambda model, setup: apply_padding_free(
-            model, check=setup.check, with_dropout=setup.options["padding_free_with_dropout"]
+            model,
+            check=setup.check,
+            with_dropout=setup.options["padding_free_with_dropout"],
+            row_tokens=_row_tokens(setup.options["padding_free_row_tokens"]),
+            attention=setup.options["padding_free_attention"],
         ),
         more_options=(
             Option(
@@ -400,6 +515,23 @@ register_pass(
                 False,
                 "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw "
                 "other dropout masks than the padded batch, so losses follow stock's in distribution, not step by step.",
+            ),
+            Option(
+                "padding_free_row_tokens",
+                "auto",
+                "Tokens per packed row with packed attention (no mask, no C^2 cost per row): 'auto' (the whole batch "
+                "in one row), 'longest' (rows as long as the longest sequence), or a number (passes/packing.py).",
+                choices=("auto", "longest"),
+                off="longest",
+                numbers=True,
+            ),
+            Option(
+                "padding_free_attention",
+                "packed",
+                "How packed rows attend within each sequence: 'packed' (the packed-attention function where the "
+                "model can use it, masks otherwise; passes/packed_attention.py) or 'masks' (per-layer masks only).",
+                choices=("packed", "masks"),
+                off="masks",
             ),
         ),
         refused_by_trainer=loss_reads_rows,

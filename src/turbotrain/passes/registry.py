@@ -37,14 +37,17 @@ class Option:
     help: str
     choices: tuple[str, ...] = ()
     off: bool | str = False
+    numbers: bool = False  # a positive whole number (as text) is valid too, besides `choices`
 
     @property
     def type(self) -> type:
         return type(self.default)
 
     def check(self, value: Any) -> None:
-        if self.choices and value not in self.choices:
-            raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}, got {value!r}")
+        number = self.numbers and str(value).isdigit() and int(value) > 0
+        if self.choices and value not in self.choices and not number:
+            also = " or a positive number" if self.numbers else ""
+            raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}{also}, got {value!r}")
         if not self.choices and not isinstance(value, bool):
             raise ValueError(f"{self.name} must be True or False, got {value!r}")
 

@@ -1,0 +1,67 @@
+"""Where each sequence of a packed batch lies: the metadata per-sequence attention takes instead of a mask.
+
+Made in the collator from the packer's layout (packing.py), O(tokens), on the host, never [R, 1, C, C]:
+
+* `cu_seq_lens_q`, `cu_seq_lens_k` [S + 1] int32: the boundaries of every segment of the flattened rows
+  [R * C]: each sequence, and each row's unused tail as a segment of its own, so that every token is in
+  one (a varlen kernel leaves a token outside every segment unwritten: garbage that a NaN would carry
+  into the head's weight gradient through its zero loss gradient); `max_length_q`, `max_length_k`: the
+  longest segment, a Python int (a kernel's launch size: no host sync in the step). These are the names
+  Transformers' flash-attention path takes from the model's keyword arguments (`FlashAttentionKwargs`);
+* `turbotrain_packed_sequences`, a `PackedSequences`: `order` [N] long, the flattened index of every real
+  token, the sequences grouped by length (every sequence of the shortest length, each in its order, then the
+  next length ...), and `groups` ((count, length), ...): the per-length attention (packed_attention.py)
+  gathers one group as [count, length] and runs one attention call for all its sequences. One object, not
+  a tuple of ints in the batch: torch.compile guards on the ints it sees, and would recompile for every
+  batch's lengths; it has `pin_memory()` for the DataLoader and the hook moves it to the model's device.
+
+The model-side hook hands it to the attention function as `turbotrain_sequences`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+CU_SEQ_LENS = ("cu_seq_lens_q", "cu_seq_lens_k")
+MAX_LENGTHS = ("max_length_q", "max_length_k")
+from turbotrain.batch_keys import PACKED_SEQUENCES  # noqa: E402, F401  (the batch key, defined in the leaf)
+
+
+@dataclass(frozen=True)
+class PackedSequences:
+    """The real tokens of packed rows by sequence length: `order` [N] flattened token indices, `groups`
+    ((count, length), ...) in the same order (count sequences of `length` tokens each)."""
+
+    order: torch.Tensor
+    groups: tuple[tuple[int, int], ...]
+
+    def to(self, device) -> PackedSequences:
+        return PackedSequences(self.order.to(device, non_blocking=True), self.groups)
+
+    def pin_memory(self) -> PackedSequences:  # the DataLoader's pin_memory=True calls it
+        return PackedSequences(self.order.pin_memory(), self.groups)
+
+
+def sequence_metadata(segments: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor) -> dict:
+    """The batch keys above for packed rows: `segments` [R, C] (the packer's segment of each token), `lengths`
+    [B] and `starts` [B] (each sequence's length and first token in the flattened rows)."""
+    flat = segments.reshape(-1)
+    boundary = torch.ones_like(flat, dtype=torch.bool)
+    boundary[1:] = flat[1:] != flat[:-1]
+    boundary[:: segments.shape[1]] = True  # a row's first token always opens a segment
+    cu_seq_lens = torch.cat([boundary.nonzero().squeeze(1), torch.tensor([flat.numel()])]).to(torch.int32)
+    longest = int((cu_seq_lens[1:] - cu_seq_lens[:-1]).max())
+    order, groups = [], []
+    for length in sorted(set(lengths.tolist()) - {0}):
+        chosen = starts[lengths == length]  # [count], batch order
+        order.append((chosen[:, None] + torch.arange(length)).reshape(-1))
+        groups.append((int(chosen.numel()), int(length)))
+    return {
+        **dict.fromkeys(CU_SEQ_LENS, cu_seq_lens),
+        **dict.fromkeys(MAX_LENGTHS, longest),
+        PACKED_SEQUENCES: PackedSequences(
+            torch.cat(order) if order else torch.zeros(0, dtype=torch.long), tuple(groups)
+        ),
+    }

@@ -1,0 +1,117 @@
+"""Packed attention on CUDA (skipped without a GPU; for the prepared GPU check): the varlen kernels against
+padded stock, windows and GQA through them, the per-length path in fp32, flash- and flex-attention models
+packed with gradients, and a packed step without a host sync."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from tests.parity import assert_same, loss_and_grads
+from tests.passes.test_packed_attention import _model
+from tests.tiny_models import make, padded_batch
+from turbotrain import optimize
+from turbotrain.passes import packed_attention
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+# lengths at 64 mod 128 among others (the cuDNN masked-SDPA regression's shape, pytorch#196678)
+LENGTHS = [100, 64, 1, 3, 17, 64, 9, 70, 2]
+
+
+def _pair(family, task="lm", dtype=torch.float32, **options):
+    model = _model(family, task).to("cuda", dtype)
+    stock = copy.deepcopy(model)
+    report = optimize(model, label_sparsity=False, embedding_grad=False, fused_activation=False, **options)
+    padded = padded_batch(LENGTHS, task=task, keep=0.6, pad_token_id=model.config.pad_token_id or 0)
+    if task == "tok":
+        padded["labels"] = padded["labels"].clamp(max=model.config.num_labels - 1)
+    packed = report.collator(lambda features: features)(dict(padded))
+    move = lambda batch: {k: v.cuda() if torch.is_tensor(v) else v for k, v in batch.items()}  # noqa: E731
+    return stock, model, report, move(padded), move(packed)
+
+
+def _kernels_called(monkeypatch) -> list[str]:
+    chosen = []
+    original = packed_attention._varlen_kernel
+    monkeypatch.setattr(
+        packed_attention, "_varlen_kernel", lambda *a: chosen.append(original(*a)) or chosen[-1], raising=True
+    )
+    return chosen
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2", "mistral"])
+def test_bf16_varlen_kernel_matches_padded_stock(family, monkeypatch):
+    # bidirectional (BERT), causal, GQA 4:1 (Qwen2), a sliding window of 8 (Mistral: window_size (7, 0))
+    chosen = _kernels_called(monkeypatch)
+    stock, model, report, padded, packed = _pair(family, dtype=torch.bfloat16)
+    assert report.padding_free.spec.mask == "sequences"
+    got = loss_and_grads(model, packed)
+    assert chosen and all(kernel in ("torch", "flash_attn") for kernel in chosen), chosen
+    assert_same(loss_and_grads(stock, padded), got, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
+def test_bf16_varlen_kernel_matches_the_per_length_path(family, monkeypatch):
+    # the same packed batch through the kernel and through the per-length path: closer than to padded stock
+    stock, model, report, padded, packed = _pair(family, dtype=torch.bfloat16)
+    fused = loss_and_grads(model, packed)
+    monkeypatch.setattr(packed_attention, "_kernel_failed", {"torch", "flash_attn"})
+    assert_same(loss_and_grads(model, packed), fused, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("family,task", [("bert", "lm"), ("llama", "tok"), ("mistral", "lm"), ("gemma2", "lm")])
+def test_fp32_on_cuda_takes_the_per_length_path_exactly(family, task, monkeypatch):
+    chosen = _kernels_called(monkeypatch)
+    stock, model, report, padded, packed = _pair(family, task)
+    got = loss_and_grads(model, packed)
+    assert set(chosen) == {None}
+    assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
+
+
+def test_autocast_bf16_training_step_matches_padded_stock():
+    stock, model, report, padded, packed = _pair("llama")
+    with torch.autocast("cuda", torch.bfloat16):
+        expected, got = loss_and_grads(stock, padded), loss_and_grads(model, packed)
+    assert_same(expected, got, dtype=torch.bfloat16)
+
+
+def test_flash_attention_2_models_are_packed():
+    pytest.importorskip("flash_attn")
+    model = make("llama", dropout=False).to("cuda", torch.bfloat16)
+    model.set_attn_implementation("flash_attention_2")
+    stock = copy.deepcopy(model)
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None and report.padding_free.spec.mask == "sequences"
+    padded = {k: v.cuda() for k, v in padded_batch(LENGTHS, keep=0.6).items()}
+    packed = report.collator(lambda features: features)({k: v.cpu() for k, v in padded.items()})
+    packed = {k: v.cuda() if torch.is_tensor(v) else v for k, v in packed.items()}
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("family,mode", [("llama", "positions"), ("bert", "layers")])
+def test_flex_attention_models_are_packed_with_gradients(family, mode):
+    model = make(family, dropout=False).cuda()
+    model.set_attn_implementation("flex_attention")
+    stock = copy.deepcopy(model)
+    report = optimize(model, label_sparsity=False)
+    assert report.padding_free is not None and report.padding_free.spec.mask == mode
+    padded = padded_batch(LENGTHS, keep=0.6)
+    packed = report.collator(lambda features: features)(dict(padded))
+    padded, packed = ({k: v.cuda() if torch.is_tensor(v) else v for k, v in b.items()} for b in (padded, packed))
+    assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_packed_step_makes_no_host_sync(dtype):
+    # padding-free alone (label sparsity's row count is another pass's sync): the collator's metadata is on
+    # the host already, the hook moves it without waiting, the attention launches on known sizes
+    _, model, _, _, packed = _pair("mistral", dtype=dtype)
+    model(**packed).loss.backward()  # warm-up: lazy initialisations may sync once
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        model(**packed).loss.backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
