@@ -50,10 +50,10 @@ register_pass(
 from tests.tiny_models import make
 from tests.trainer_helpers import turbo_trainer
 from turbotrain import TurboOptions, TurboTrainingArguments, optimize
-from turbotrain.bench.peers import build_trainer
-from turbotrain.bench.workload import Workload
+from turbotrain.bench.counting import BatchCounter
+from turbotrain.bench.workload import BenchData
+from turbotrain.bench.workloads import make_workload
 from turbotrain.cli import main
-from turbotrain.data import MaskedLMData
 
 # the options, and so the arguments
 assert "throwaway" in {f.name for f in fields(TurboOptions)}
@@ -80,10 +80,9 @@ help_text = io.StringIO()
 with contextlib.redirect_stdout(help_text), contextlib.suppress(SystemExit):
     main(["bench", "--help"])
 assert "throwaway" in " ".join(help_text.getvalue().split()), help_text.getvalue()
-workload = Workload(hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("throwaway",))
-data = MaskedLMData(train=None, eval=None, collator=None, num_tokens=0)
+workload = make_workload("mlm", hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("throwaway",))
 with tempfile.TemporaryDirectory() as tmp:
-    trainer = build_trainer("turbo", workload, workload.initial_model(), data, None, tmp)
+    trainer = workload.build_trainer("turbo", workload.model(), BenchData(train=None, collator=None), BatchCounter(), tmp)
 assert trainer.args.throwaway is False and "throwaway" not in trainer.turbo_report.applied
 print("throwaway pass seen everywhere")
 '''

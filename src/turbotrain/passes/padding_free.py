@@ -80,7 +80,7 @@ from turbotrain.passes.packed_attention import SEQUENCES, AttentionSwitch
 from turbotrain.passes.packed_sequences import PACKED_SEQUENCES
 from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.registry import Option, PassSpec, register_pass
-from turbotrain.passes.self_check import check_under_run_precision
+from turbotrain.passes.self_check import check_under_run_precision, compare_losses, current_precision
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 
@@ -251,6 +251,16 @@ class PaddingFree(HookedPass):
         self._starts = None
 
 
+def _loss_check(model: nn.Module):
+    """The loss comparison for this run: forward and backward under its autocast, NaN/inf gradients refused,
+    where the run is on an accelerator or in half precision (where kernels differ: cuDNN's masked attention);
+    a forward in the model's dtype on an fp32 CPU run (flex attention has no CPU backward to run there)."""
+    precision = current_precision(model)
+    if precision.device_type == "cpu" and precision.autocast_dtype is None:
+        return compare_losses
+    return check_under_run_precision
+
+
 def check_lengths(model: nn.Module) -> tuple[list[int], int]:
     """Sequence lengths for the self-check, and the least row capacity to pack them with.
 
@@ -271,7 +281,7 @@ def self_check(model: nn.Module, installed: PaddingFree, task: str) -> str | Non
     padded = modeling.synthetic_batch(model, lengths, seed=4321, ignore_every=0 if installed.spec.causal else 3)
     packed = _packed(padded, installed.spec, next(model.parameters()).device, capacity)
     stock = partial(_stock_forward, model, installed, padded)
-    problem = check_under_run_precision(model, stock, lambda: model(**packed), "packed")
+    problem = _loss_check(model)(model, stock, lambda: model(**packed), "packed")
     if problem is None:
         problem = compare_token_outputs(model, padded, packed, stock)
     if problem is None and installed.attention is not None:
