@@ -143,7 +143,7 @@ def _bench_row(row: dict, result: dict, stock: dict | None, peak: float, loss_di
 
 
 def _cpu_peak() -> float:
-    from turbotrain.bench.peak import matmul_peak
+    from turbotrain.measure.peak import matmul_peak
 
     return matmul_peak(torch.float32, "cpu", size=256, repeats=2).flops_per_s
 

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback
-from turbotrain.bench.flops import ModelFlops, batch_work, step_flops
 
 from turbotrain import TurboTrainer, TurboTrainingArguments
+from turbotrain.measure.flops import ModelFlops, batch_work, step_flops
 
 H200_BF16_PEAK = 989.4e12
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]

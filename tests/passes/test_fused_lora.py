@@ -11,14 +11,13 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tests.llm.helpers import needs_llm_extra
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import VOCAB
 from turbotrain.modeling import synthetic_batch
 from turbotrain.passes.fused_lora import apply_fused_lora, lora_layers
 from turbotrain.passes.optimize import optimize
 
-pytestmark = needs_llm_extra
+pytestmark = pytest.mark.requires_llm
 
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 ODD_BATCHES = ([37, 37, 37], [37, 20, 1])  # batch 3, length 37: full rows, then uneven padded ones

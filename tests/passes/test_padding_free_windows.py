@@ -10,12 +10,27 @@ import warnings
 
 import pytest
 import torch
+import transformers
+from packaging import version
 
 from tests.parity import assert_same, assert_same_relative_to_scale, loss_and_grads
 from tests.tiny_models import padded_batch
 from turbotrain import optimize
 from turbotrain.passes.padding_free import check_lengths, compare_token_outputs, self_check
 from turbotrain.utils.warnings import TurbotrainWarning
+
+# On Transformers 5.0 (the oldest release CI runs the core tests on), ModernBERT, GPT-OSS and Llama-4 mask
+# their layers in ways padding-free does not reproduce (5.0 has no bidirectional sliding-window builder, and
+# those models' masks ignore position_ids): padding-free refuses them there, with one warning, and trains
+# padded: never another number. Their cases below need the release these tests are pinned on.
+NEWER_RELEASE_FAMILIES = ("modernbert", "gpt-oss", "llama4")
+OLD_RELEASE = version.parse(transformers.__version__) < version.parse("5.24")
+
+
+def _needs_newer_release(family: str) -> None:
+    if OLD_RELEASE and family.startswith(NEWER_RELEASE_FAMILIES):
+        pytest.skip(f"Transformers {transformers.__version__}: padding-free refuses {family} here (stays padded)")
+
 
 VOCAB = 97
 WINDOW = 8
@@ -158,6 +173,7 @@ PACKED_MODES = {family: "sequences" for family in FAMILIES}
 @pytest.mark.parametrize("label_sparsity", [False, True], ids=["dense-head", "label-sparsity"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_packed_rows_keep_every_layers_window(family, label_sparsity, attention):
+    _needs_newer_release(family)
     model = _build(family)
     stock = copy.deepcopy(model)
     with warnings.catch_warnings():
@@ -188,6 +204,7 @@ def test_one_block_mask_for_every_layer_is_what_the_self_check_now_sees():
 
 def test_modernberts_loss_hides_what_its_token_outputs_show():
     # ModernBERT's local band moved the loss by ~1e-5 only, below the loss check; the per-token check sees it
+    _needs_newer_release("modernbert")
     from turbotrain import modeling
     from turbotrain.passes.padding_free import PaddingFree, _packed, packing_spec
 
@@ -237,6 +254,7 @@ def _llama4():
 def test_chunked_attention_counts_chunks_from_each_packed_sequences_start():
     # Llama-4's chunks start at every sequence's first token in stock's padded rows; in a packed row they
     # must too, not at multiples of the chunk size along the row
+    _needs_newer_release("llama4")
     torch.manual_seed(0)
     model = _llama4()
     stock = copy.deepcopy(model)

@@ -24,18 +24,46 @@ implementation takes (SDPA: [R, 1, C, C] bool; eager: additive float).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 from transformers import masking_utils
 
-CAUSAL_BUILDERS = {
-    "full_attention": masking_utils.create_causal_mask,
-    "sliding_attention": masking_utils.create_sliding_window_causal_mask,
-    "chunked_attention": masking_utils.create_chunked_causal_mask,
-}
-BIDIRECTIONAL_BUILDERS = {
-    "full_attention": masking_utils.create_bidirectional_mask,
-    "sliding_attention": masking_utils.create_bidirectional_sliding_window_mask,
-}
+
+def _builders(names: dict[str, str]) -> dict:
+    """{layer type: masking_utils function} for the functions this Transformers has (older releases lack
+    some: 5.0 has no bidirectional sliding-window builder, so ModernBERT's local layers are refused there)."""
+    found = {kind: getattr(masking_utils, name, None) for kind, name in names.items()}
+    return {kind: builder for kind, builder in found.items() if builder is not None}
+
+
+CAUSAL_BUILDERS = _builders(
+    {
+        "full_attention": "create_causal_mask",
+        "sliding_attention": "create_sliding_window_causal_mask",
+        "chunked_attention": "create_chunked_causal_mask",
+    }
+)
+BIDIRECTIONAL_BUILDERS = _builders(
+    {"full_attention": "create_bidirectional_mask", "sliding_attention": "create_bidirectional_sliding_window_mask"}
+)
+# argument names that moved between releases: the newest name -> the older one
+RENAMED = {"inputs_embeds": "input_embeds", "cache": "past_key_values"}
+
+
+def _call(builder, **arguments):
+    """`builder(**arguments)` with the argument names this release's builder takes (5.0 called them
+    `input_embeds` and `past_key_values`, needed `cache_position`, and had no `allow_is_bidirectional_skip`)."""
+    accepted = inspect.signature(builder).parameters
+    given = {
+        (name if name in accepted or name not in RENAMED else RENAMED[name]): value for name, value in arguments.items()
+    }
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+        given = {name: value for name, value in given.items() if name in accepted}  # 5.0: no skip switches
+    if "cache_position" in accepted and "cache_position" not in given:
+        embeds = given.get("inputs_embeds", given.get("input_embeds"))
+        given["cache_position"] = torch.arange(embeds.shape[1], device=embeds.device)
+    return builder(**given)
 
 
 def unsupported_layer_types(kinds: list[str], causal: bool) -> list[str]:
