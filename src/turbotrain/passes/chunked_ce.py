@@ -110,30 +110,22 @@ class LinearCrossEntropy(torch.autograd.Function):
         if compute_dtype is not None:
             return _forward_in(ctx, compute_dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats)
         rows = hidden.shape[0]
-        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
-        need_b = bias is not None and ctx.needs_input_grad[2]
-        nll = hidden.new_empty(rows, dtype=torch.float32)
-        entropy = hidden.new_zeros(rows, dtype=torch.float32) if want_stats else None
-        is_top1 = hidden.new_zeros(rows, dtype=torch.bool) if want_stats else None
-        dh = torch.empty_like(hidden) if need_h else None
-        make = torch.zeros if rows == 0 else torch.empty  # the first chunk writes dW (no rows: zero gradient)
-        dw = make(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
-        db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+        nll, entropy, is_top1, dh, dw, db = _outputs(ctx, hidden, weight, bias, want_stats)
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
             h = hidden[part]
             nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats, weight.dtype)
             if want_stats:
                 entropy[part], is_top1[part] = ent, top1
-            if need_h:
+            if dh is not None:
                 dh[part] = dz @ weight  # [C, V] x [V, H] -> [C, H]
-            if need_w:  # [V, C] x [C, H]; the first chunk writes dW, the others add to it
+            if dw is not None:  # [V, C] x [C, H]; the first chunk writes dW, the others add to it
                 dz_t, h32 = dz.T.float(), h.float()
                 if start == 0:
                     torch.mm(dz_t, h32, out=dw)
                 else:
                     dw.addmm_(dz_t, h32)
-            if need_b:
+            if db is not None:
                 db += dz.sum(dim=0, dtype=torch.float32)
         return _saved(ctx, weight, bias, (dh, dw, db), (nll, entropy, is_top1) if want_stats else (nll,))
 
@@ -160,8 +152,8 @@ def _saved(ctx, weight, bias, gradients, outputs):
     return outputs
 
 
-def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
-    """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce_cuda.py)."""
+def _outputs(ctx, hidden, weight, bias, want_stats: bool):
+    """The forward's fp32 results, each [rows], and the gradient buffers the inputs that need one get."""
     rows = hidden.shape[0]
     need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     need_b = bias is not None and ctx.needs_input_grad[2]
@@ -172,6 +164,13 @@ def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, 
     make = torch.zeros if rows == 0 else torch.empty  # the first chunk writes dW (no rows: zero gradient)
     dw = make(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
     db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+    return nll, entropy, is_top1, dh, dw, db
+
+
+def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
+    """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce_cuda.py)."""
+    rows = hidden.shape[0]
+    nll, entropy, is_top1, dh, dw, db = _outputs(ctx, hidden, weight, bias, want_stats)
     with torch.autocast(hidden.device.type, enabled=False):  # every input is cast here, once
         w = weight.to(dtype)  # [V, H]
         for start in range(0, rows, chunk_rows):
@@ -180,11 +179,11 @@ def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, 
             nll[part], dz, ent, top1 = _chunk(h, w, bias, targets[part], softcap, want_stats, dtype)
             if want_stats:
                 entropy[part], is_top1[part] = ent, top1
-            if need_h:
+            if dh is not None:
                 dh[part] = dz @ w  # [C, V] x [V, H] -> [C, H]
-            if need_w:  # [V, C] x [C, H] in the half dtype, summed in fp32
+            if dw is not None:  # [V, C] x [C, H] in the half dtype, summed in fp32
                 chunked_ce_cuda.add_weight_grad(dw, dz.T, h, first=start == 0)
-            if need_b:
+            if db is not None:
                 db += dz.sum(dim=0, dtype=torch.float32)
     return _saved(ctx, weight, bias, (dh, dw, db), (nll, entropy, is_top1) if want_stats else (nll,))
 
