@@ -278,7 +278,7 @@ def test_flash_attention_models_are_packed_through_transformers_varlen_keywords(
     assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.compile
+@pytest.mark.requires_compiler
 @pytest.mark.parametrize("family,mode", [("llama", "positions"), ("bert", "layers")])
 def test_flex_attention_models_are_packed_with_block_masks(family, mode):
     # flex attention adds a dense mask to its scores, so it gets masking_utils' block masks: from the restarting

@@ -177,7 +177,7 @@ class TrainerPeer:
         if not works or linear is None:
             return None if not works else 0
         rows = max(work["padding_free" in passes, "label_sparsity" in passes].head_rows for work in works)
-        chunked = optimized.chunked_ce if optimized is not None else None
+        chunked = optimized.chunked_cross_entropy if optimized is not None else None
         if chunked is not None and chunked.wants(rows):
             rows = min(rows, chunk_rows_for(linear.out_features))
         return rows * linear.out_features * 4
