@@ -117,7 +117,7 @@ def rewritten(case: Case, stock, device: torch.device, dtype: torch.dtype):
         collator = report.collator(lambda features: {k: v.clone() for k, v in padded.items()})
         if report.label_sparsity is not None and device.type != "cpu":
             collator = report.label_sparsity.host_rows_collator(collator)
-        return {k: v.to(device) for k, v in collator(None).items()}
+        return {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(None).items()}
 
     return model, feed, report
 
