@@ -24,6 +24,7 @@ implementation takes (SDPA: [R, 1, C, C] bool; eager: additive float).
 
 from __future__ import annotations
 
+import functools
 import inspect
 
 import torch
@@ -51,14 +52,21 @@ BIDIRECTIONAL_BUILDERS = _builders(
 RENAMED = {"inputs_embeds": "input_embeds", "cache": "past_key_values"}
 
 
+@functools.cache
+def _accepted_names(builder) -> tuple[frozenset, bool]:
+    """The argument names `builder` takes, and whether it takes any (**kwargs): read once, not every step."""
+    parameters = inspect.signature(builder).parameters
+    return frozenset(parameters), any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+
+
 def _call(builder, **arguments):
     """`builder(**arguments)` with the argument names this release's builder takes (5.0 called them
     `input_embeds` and `past_key_values`, needed `cache_position`, and had no `allow_is_bidirectional_skip`)."""
-    accepted = inspect.signature(builder).parameters
+    accepted, any_name = _accepted_names(builder)
     given = {
         (name if name in accepted or name not in RENAMED else RENAMED[name]): value for name, value in arguments.items()
     }
-    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values()):
+    if not any_name:
         given = {name: value for name, value in given.items() if name in accepted}  # 5.0: no skip switches
     if "cache_position" in accepted and "cache_position" not in given:
         embeds = given.get("inputs_embeds", given.get("input_embeds"))
