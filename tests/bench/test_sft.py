@@ -52,3 +52,30 @@ def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):
     lora = peers["stock"]["memory_split_mb"]
     assert lora["gradients_mb"] < lora["weights_mb"] / 10  # the adapters train, the base is frozen
     assert saved["length_histogram"] and "SFT Qwen2-shaped, LoRA" in saved["title"]
+
+
+def test_long_lengths_are_long_tailed_and_every_token_labelled():
+    from tests.llm.helpers import tokenizer
+    from turbotrain.data.long_rows import LONGEST, build_long_rows, long_tailed_lengths
+
+    lengths = long_tailed_lengths(2000)
+    assert max(lengths) == LONGEST and min(lengths) >= 16 and sorted(lengths)[1000] < 400  # median ~256
+    data = build_long_rows(tokenizer(), rows=8)
+    assert data.train["input_ids"] == data.train["labels"] == data.trl_train["input_ids"]
+    assert tiny_workload("sft", lengths="long").config().max_position_embeddings >= LONGEST
+    with pytest.raises(ValueError, match="lengths"):
+        make_workload("sft", lengths="fixed")
+
+
+@pytest.mark.slow
+def test_tiny_long_sft_bench_runs_turbo_against_stock_and_mask_packing(tmp_path):
+    # `turbotrain bench --task sft --lengths long`, at a tiny size (never timed here)
+    workload = tiny_workload("sft", lengths="long", steps=1, batch_size=2, peers=("stock", "turbo", "turbo-masks"))
+    run_bench(workload, out_dir=tmp_path)
+    saved = json.loads((tmp_path / "bench.json").read_text())
+    peers = saved["peers"]
+    assert set(peers) == {"stock", "turbo", "turbo-masks"}
+    for name, row in peers.items():
+        assert row["max_rel_loss_diff"] < 1e-4, name
+    assert "padding_free" in peers["turbo"]["passes"] and "padding_free" in peers["turbo-masks"]["passes"]
+    assert "long-tailed" in saved["title"]

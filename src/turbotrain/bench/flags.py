@@ -3,7 +3,8 @@
 `--task` chooses the workload (bench/workloads/); every field of every workload is a flag: `--<name>`
 (`workload.FLAG_NAMES` for the few that differ: `num_layers` is `--layers`), typed from the field's
 annotation (bool: a switch; tuple[X, ...]: one or more X; X | None: an X), with the `help` and `choices`
-of its metadata. Defaults are the chosen task's own (a flag not given is left to its dataclass); a flag
+of its metadata (a flag several tasks take offers all their choices; each workload checks its own).
+Defaults are the chosen task's own (a flag not given is left to its dataclass); a flag
 the chosen task does not take is an error naming the tasks that do.
 """
 
@@ -45,8 +46,9 @@ def _flag_specs() -> dict[str, dict]:
             spec["defaults"][task] = f.default_factory() if f.default_factory is not MISSING else f.default
             if f.metadata.get("help"):
                 spec["help"].setdefault(f.metadata["help"], []).append(task)
-            if "choices" in f.metadata:
-                spec["choices"] = f.metadata["choices"]
+            if "choices" in f.metadata:  # a flag two tasks share takes either's (each task checks its own)
+                known = spec.setdefault("choices", [])
+                known.extend(c for c in f.metadata["choices"] if c not in known)
     return specs
 
 

@@ -125,8 +125,11 @@ class TrainerWorkload(Schedule):
     def trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> TrainerPeer:
         return TrainerPeer(self.build_trainer(peer, model, data, counter, output_dir), counter)
 
-    def build_trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> Trainer:
-        """A fresh trainer for `peer` on a fresh copy of `model`, its batches counted by `counter`."""
+    def build_trainer(
+        self, peer: str, model, data, counter: BatchCounter, output_dir: str, turbo_extra: dict | None = None
+    ) -> Trainer:
+        """A fresh trainer for `peer` on a fresh copy of `model`, its batches counted by `counter`;
+        `turbo_extra`: more turbotrain options (by option name) for a turbo peer."""
         common = self.common_arguments(output_dir)
         kw = dict(model=self.fresh(model), train_dataset=data.train, data_collator=counter.wrap(data.collator))
         if peer in ("stock", "compiled"):
@@ -137,6 +140,7 @@ class TrainerWorkload(Schedule):
         backend, options = peer_backend(peer, self.backend)
         turbo_options = {names["backend"]: backend, names["backend_options"]: options}
         turbo_options.update({names[name]: off_value(name) for name in self.turbo_off})
+        turbo_options.update({names[name]: value for name, value in (turbo_extra or {}).items()})
         return turbo(self.trainer_class)(args=arguments_class(**turbo_options, **common), **kw)
 
 

@@ -47,7 +47,10 @@ class CorpusLM(TrainerWorkload, ModelShape):
     peers: tuple[str, ...] = field(default=TRAINER_PEERS, metadata={"help": "stock compiled turbo turbo:<backend>"})
     lengths: str | None = field(
         default=None,
-        metadata={"help": "fixed blocks, or paragraphs at their natural lengths (default: variable for cls)"},
+        metadata={
+            "help": "fixed blocks, or paragraphs at their natural lengths (default: variable for cls)",
+            "choices": LENGTHS,
+        },
     )
     dropout: float | None = field(default=None, metadata={"help": "default: 0.1 for fixed lengths, 0 for variable"})
 

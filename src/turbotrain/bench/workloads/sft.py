@@ -11,8 +11,15 @@ completion = the rest of its docstring, completion-only labels, dynamic padding,
 `--seq-len`. The tokenizer is the built-in corpus's (~16,000 tokens): ids above stay unused, as the
 rare tokens of a real 151,936-token vocabulary would.
 
+`--lengths long` (data/long_rows.py): rows of log-normal lengths (median 256) up to 4,096 tokens, every token
+labelled: the dense case, where padding is all that packing removes; the model's position limit is raised to
+4,096 where the shape's is lower, and `--seq-len` does not apply.
+
 Peers, built as a user writes them, same weights and batches:
 * `stock`: `Trainer`; `turbo`: `TurboTrainer` (and `compiled`, `turbo:<backend>`: bench/peers.py);
+* `turbo-masks`: `TurboTrainer` packing with masks instead of the packed-attention function
+  (`padding_free_attention="masks"`: a dense [R, 1, C, C] mask per row, rows as long as the longest sequence;
+  what padding-free did before packed attention), to show what packed attention adds;
 * `trl`: TRL's `SFTTrainer` with `SFTConfig(completion_only_loss=True)` on the same token ids (TRL builds
   the labels from `completion_mask`); `trl+turbo`: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)`.
 Both TRL peers run with `gradient_checkpointing=False` (TRL's default is True) and fp32, as the
@@ -34,12 +41,15 @@ from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.chat import SftData, build_sft_data
+from turbotrain.data.long_rows import build_long_rows
 from turbotrain.data.variable import length_histogram
 from turbotrain.integrations.trl import sft_classes
 from turbotrain.trainer import turbo
 from turbotrain.utils.imports import require
 
 SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
+LENGTHS = ("chat", "long")
+LONG_POSITIONS = 4096  # --lengths long: the longest row (data/long_rows.LONGEST)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
 
@@ -47,27 +57,41 @@ OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "n
 @register_workload("sft")
 @dataclass
 class Sft(TrainerWorkload):
-    peers: tuple[str, ...] = field(default=SFT_PEERS, metadata={"help": "stock trl trl+turbo turbo compiled"})
+    peers: tuple[str, ...] = field(
+        default=SFT_PEERS, metadata={"help": "stock trl trl+turbo turbo turbo-masks compiled"}
+    )
     shape: str = field(default="small", metadata={"help": "a published model's shape", "choices": SHAPES})
     hidden_size: int | None = field(default=None, metadata={"help": "default: the shape's (small: 256)"})
     num_layers: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
     num_heads: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
     vocab_size: int | None = field(default=None, metadata={"help": "default: the shape's (small: 50,265)"})
-    seq_len: int = field(default=128, metadata={"help": "rows are truncated at this many tokens"})
+    seq_len: int = field(default=128, metadata={"help": "rows are truncated at this many tokens (chat rows)"})
+    lengths: str = field(
+        default="chat",
+        metadata={"help": "chat rows (completion-only labels) or long-tailed rows up to 4,096", "choices": LENGTHS},
+    )
     lora: bool = field(default=False, metadata={"help": "train PEFT LoRA adapters only"})
     untied: bool = field(default=False, metadata={"help": "separate input and output embeddings"})
     dropout: float = field(default=0.0, metadata={"help": "attention dropout"})
 
-    own_peers = ("trl", "trl+turbo")
+    own_peers = ("trl", "trl+turbo", "turbo-masks")
     causal = True
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.lengths not in LENGTHS:
+            raise ValueError(f"--task sft takes lengths {' or '.join(LENGTHS)}, not '{self.lengths}'")
 
     def config(self):
         overrides = {name: getattr(self, mine) for mine, name in OVERRIDES.items() if getattr(self, mine)}
         if self.vocab_size:
             overrides["vocab_size"] = self.vocab_size
-        return shape_config(
+        config = shape_config(
             self.shape, seq_len=self.seq_len, overrides=overrides, untied=self.untied, dropout=self.dropout
         )
+        if self.lengths == "long":
+            config.max_position_embeddings = max(config.max_position_embeddings, LONG_POSITIONS)
+        return config
 
     def model(self):
         config = self.config()
@@ -83,9 +107,14 @@ class Sft(TrainerWorkload):
 
     def data(self) -> SftData:
         tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
+        if self.lengths == "long":
+            return build_long_rows(tokenizer, seed=self.seed)
         return build_sft_data(tokenizer, self.seq_len, seed=self.seed)
 
     def trainer(self, peer: str, model, data: SftData, counter, output_dir: str) -> TrainerPeer:
+        if peer == "turbo-masks":
+            options = {"padding_free_attention": "masks"}
+            return TrainerPeer(self.build_trainer("turbo", model, data, counter, output_dir, options), counter)
         if peer not in ("trl", "trl+turbo"):
             return super().trainer(peer, model, data, counter, output_dir)
         config_class, trainer_class = sft_classes(f"the sft workload's '{peer}' peer")
@@ -104,7 +133,9 @@ class Sft(TrainerWorkload):
         mode = "LoRA" if self.lora else "full fine-tune"
         shape = f"{self.shape} ({config.model_type})" if self.shape != "small" else "Qwen2-shaped"
         sizes = f"h{config.hidden_size} L{config.num_hidden_layers} vocab {config.vocab_size:,}"
-        lengths = f"variable lengths <= {self.seq_len} batch {self.batch_size}"
+        longest = LONG_POSITIONS if self.lengths == "long" else self.seq_len
+        kind = "long-tailed lengths, every token labelled," if self.lengths == "long" else "variable lengths"
+        lengths = f"{kind} <= {longest} batch {self.batch_size}"
         return f"SFT {shape}, {mode}, {'untied' if self.untied else 'tied'}, {sizes} {lengths}{self.run_suffix()}"
 
     def extras(self, model, data) -> dict:
