@@ -162,3 +162,18 @@ def test_compile_with_auto_says_it_cannot_measure(caplog):
     assert compiled is module and module._compiled_call_impl is None
     assert "no steps to measure" in turbotrain.compiled_step.backend_of(module).summary()
     assert "runs eager" in caplog.text
+
+
+def test_auto_times_regional_inductor_where_the_model_has_blocks():
+    from turbotrain.backends.auto import inductor_scope
+
+    backend = get_backend("auto")
+    backend.wrap_model(make("gpt2", dropout=False))
+    assert backend.scope == "blocks"
+    assert inductor_scope("auto", torch.nn.Linear(2, 2)) == "model"  # nothing repeated: the whole model
+    assert inductor_scope("model", make("gpt2", dropout=False)) == "model"  # asked for: kept
+    explicit = get_backend("auto", {"scope": "model"})
+    explicit.wrap_model(make("gpt2", dropout=False))
+    assert explicit.scope == "model"
+    with pytest.raises(ValueError, match="scope must be one of"):
+        get_backend("auto", {"scope": "layers"})
