@@ -125,3 +125,18 @@ def test_peer_names_carry_backend_and_options():
     assert peer_backend("turbo:inductor", "auto") == ("inductor", None)
     assert peer_backend("turbo:inductor:scope=blocks", "auto") == ("inductor", {"scope": "blocks"})
     assert peer_backend("turbo:auto:min_steps=0,scope=blocks", "x") == ("auto", {"min_steps": 0, "scope": "blocks"})
+
+
+def test_ratio_pairs_each_step_with_the_reference_on_the_same_batch():
+    from turbotrain.bench.counting import BatchCount
+    from turbotrain.bench.runner import PeerRuns, Segment, paired_speedup
+
+    counts = [BatchCount(2, tokens, tokens, 0, 0) for tokens in (10, 10, 400, 400, 400)]  # small and large batches
+
+    def runs(seconds):
+        return PeerRuns("p", [Segment([1.0, *seconds], [0.0] * 5, [counts[0], *counts], (False, False))])
+
+    stock, turbo = runs([0.1, 0.1, 4.0, 4.0, 4.0]), runs([0.2, 0.2, 2.0, 2.0, 2.0])
+    # paired per-step speedups 0.5, 0.5, 2, 2, 2: median 2; throughput is all units over all seconds
+    assert paired_speedup(turbo, stock, warmup=1) == 2.0
+    assert turbo.throughput(1, "tokens") == 1220 / 6.4 and stock.step_seconds(1) == [0.1, 0.1, 4.0, 4.0, 4.0]

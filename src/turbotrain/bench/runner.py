@@ -1,12 +1,15 @@
 """The one interleaved runner of every workload (workload.py): for each round, every peer trains
 `warmup + steps` steps from the same initial weights on the same batches (A B C A B C ...). Per peer:
 
-* throughput: the median over every measured step of every round (warm-up steps excluded) of the step's
-  units over its wall time, a step being one optimizer step end to end (data loading, collation,
-  forward, backward, optimizer, logging). The units are the workload's (`unit`): real tokens (padding not
-  counted), label tokens, or examples; every peer gets the same batches. `tokens_per_s`,
-  `label_tokens_per_s` and `examples_per_s` are reported where the batches have them;
-* ratio: that median over the reference peer's (`stock`; `eager` for the UNet);
+* throughput: the units of every measured step of every round (warm-up steps excluded) over their wall
+  time, a step being one optimizer step end to end (data loading, collation, forward, backward,
+  optimizer, logging). The units are the workload's (`unit`): real tokens (padding not counted), label
+  tokens, or examples; every peer gets the same batches. `tokens_per_s`, `label_tokens_per_s` and
+  `examples_per_s` are reported where the batches have them;
+* ratio: the median over the measured steps of the reference peer's step time over this peer's on the
+  same step (same round, same batch): paired, so batches of very different sizes (natural-length rows)
+  do not decide it, as a median of per-step throughputs would;
+* `step_s`: every measured step's seconds, round by round (in the JSON);
 * median step seconds, and the first step of round 1 apart (compilation and export land there);
 * peak memory: the largest segment peak over the rounds (measure/memory.py), with that segment's growth
   split into weights, gradients, optimizer state, logits and the rest (activations);
@@ -65,8 +68,14 @@ class PeerRuns:
             for seconds, count in list(zip(segment.seconds, segment.counts))[warmup:]
         ]
 
-    def throughputs(self, warmup: int, unit: str) -> list[float]:
-        return [count.units(unit) / seconds for seconds, count, _ in self.measured(warmup)]
+    def throughput(self, warmup: int, unit: str) -> float:
+        """The measured steps' units over their seconds (0 where the batches have none of that unit)."""
+        measured = self.measured(warmup)
+        seconds = sum(seconds for seconds, _, _ in measured)
+        return sum(count.units(unit) for _, count, _ in measured) / seconds if seconds else 0.0
+
+    def step_seconds(self, warmup: int) -> list[float]:
+        return [seconds for seconds, _, _ in self.measured(warmup)]
 
     def flops_per_s(self, warmup: int, model: ModelFlops) -> list[float]:
         """Achieved FLOP/s of every measured step on the work the peer executed (measure/flops.py)."""
@@ -141,22 +150,28 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
         "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
     }
     for unit, key in UNIT_KEYS.items():
-        rates = peer.throughputs(warmup, unit)
-        if any(rates):
-            row[key] = statistics.median(rates)
+        rate = peer.throughput(warmup, unit)
+        if rate:
+            row[key] = rate
+    row["step_s"] = [round(seconds, 4) for seconds in measured]
     if peer.backend_report:
         row["backend_report"] = peer.backend_report
     return row
 
 
+def paired_speedup(runs: PeerRuns, reference: PeerRuns, warmup: int) -> float:
+    """Median over the measured steps of reference seconds / this peer's seconds on the same step."""
+    pairs = zip(reference.step_seconds(warmup), runs.step_seconds(warmup))
+    return statistics.median(ref / mine for ref, mine in pairs)
+
+
 def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, model=None, peak=None) -> dict:
     reference = runs.get(workload.reference)
-    unit_key = UNIT_KEYS[workload.unit]
     rows = {name: peer_row(workload, peer, model, peak) for name, peer in runs.items()}
     if reference is not None:
         for name, row in rows.items():
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(runs[name], reference)
-            row["ratio"] = row[unit_key] / rows[workload.reference][unit_key]
+            row["ratio"] = paired_speedup(runs[name], reference, workload.warmup)
     result = {
         "task": workload.task,
         "title": workload.title(),
