@@ -93,6 +93,14 @@ def test_run_options_are_the_defaults_and_what_the_script_sets_wins(patched, tmp
     assert isinstance(parsed, TurboTrainingArguments) and isinstance(parsed, TrainingArguments)
 
 
+@pytest.mark.parametrize("patched", [{"backend": "inductor"}], indirect=True)
+def test_a_script_s_own_command_line_sets_backend_options_as_json(patched, tmp_path):
+    parser = HfArgumentParser(transformers.TrainingArguments)
+    command_line = ["--output_dir", str(tmp_path), "--backend_options", '{"scope": "blocks"}']
+    (parsed,) = parser.parse_args_into_dataclasses(command_line)
+    assert (parsed.backend, parsed.backend_options) == ("inductor", {"scope": "blocks"})
+
+
 @pytest.mark.parametrize("patched", [{"backend": "eager", "backend_options": None}], indirect=True)
 def test_arguments_with_run_defaults_pickle_as_their_turbotrain_class(patched, tmp_path):
     import torch
