@@ -245,4 +245,16 @@ def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingAr
     return _ARGUMENT_CLASSES[arguments_class]
 
 
+def rebuilt_as(args: TrainingArguments, arguments_class: type[TrainingArguments]) -> TrainingArguments:
+    """`args` (turbo arguments) as a `turbo_arguments(arguments_class)`: the TrainingArguments values as TRL carries
+    plain arguments into its config (`arguments_class(**args.to_dict())`, the hub token restored), each turbotrain
+    option under its name there (`padding_free` -> `turbo_padding_free` where the class has its own)."""
+    made = turbo_arguments(arguments_class)
+    carried, target = attribute_names(type(args)), attribute_names(made)
+    values = {k: v for k, v in args.to_dict().items() if k not in set(carried.values())}
+    values["hub_token"] = args.hub_token  # to_dict hides it
+    values.update({target[name]: getattr(args, attribute) for name, attribute in carried.items()})
+    return made(**values)
+
+
 TurboSeq2SeqTrainingArguments = turbo_arguments(Seq2SeqTrainingArguments)  # was: Seq2SeqTrainingArguments

@@ -122,3 +122,21 @@ def test_trl_config_with_run_defaults_keeps_trl_s_padding_free_and_pickles(patch
     config = trl.SFTConfig(output_dir=str(tmp_path), bf16=False)
     assert config.turbo_padding_free is False and config.padding_free is False  # turbotrain's option, TRL's own
     assert type(pickle.loads(pickle.dumps(config))) is TurboSFTConfig
+
+
+@pytest.mark.requires_llm
+@pytest.mark.parametrize("patched", [{"backend": "eager"}], indirect=True)
+def test_sft_trainer_given_training_arguments_gets_a_turbo_sft_config(patched, tmp_path):
+    # a script's `SFTTrainer(args=TrainingArguments(...))`: TRL rebuilds the arguments as an SFTConfig, which
+    # failed on turbotrain's fields once `turbotrain run` had made them TurboTrainingArguments
+    import trl
+
+    from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
+    from turbotrain import TurboSFTConfig
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True)
+    trainer = trl.SFTTrainer(
+        model=decoder(), args=args, train_dataset=prompt_completion_rows(), processing_class=tokenizer()
+    )
+    assert isinstance(trainer.args, TurboSFTConfig) and trainer.args.backend == "eager"
+    assert (trainer.args.padding_free, trainer.args.turbo_padding_free) == (False, True)
