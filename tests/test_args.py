@@ -7,7 +7,7 @@ import sys
 from dataclasses import dataclass
 
 import pytest
-from transformers import TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments
 
 from turbotrain import TurboOptions, TurboTrainingArguments, token_budget
 
@@ -43,6 +43,26 @@ def test_plain_training_arguments_get_default_options(tmp_path):
 def test_arguments_round_trip_through_dict(tmp_path):
     args = make_args(tmp_path, backend="inductor", label_sparsity=False)
     assert args.to_dict()["backend"] == "inductor" and args.to_dict()["label_sparsity"] is False
+
+
+def test_backend_options_on_a_script_s_command_line_are_json(tmp_path):
+    # the field was `dict | None`: HfArgumentParser called dict('{"scope": "blocks"}') and the script exited
+    parser = HfArgumentParser(TurboTrainingArguments)
+    command_line = ["--output_dir", str(tmp_path), "--backend", "inductor", "--backend_options", '{"scope": "blocks"}']
+    (args,) = parser.parse_args_into_dataclasses(command_line)
+    assert args.backend_options == {"scope": "blocks"}
+    assert TurboOptions.from_args(args).backend_options == {"scope": "blocks"}
+
+
+@pytest.mark.parametrize("text", ["scope=blocks", '["blocks"]', '{"scope": "blocks"'])
+def test_backend_options_text_that_is_not_a_json_object_is_refused(tmp_path, text):
+    with pytest.raises(ValueError, match="backend_options takes a JSON object"):
+        make_args(tmp_path, backend="inductor", backend_options=text)
+
+
+def test_backend_options_json_text_is_checked_against_the_backend(tmp_path):
+    with pytest.raises(ValueError, match="scop"):
+        make_args(tmp_path, backend="inductor", backend_options='{"scop": "blocks"}')
 
 
 @pytest.mark.parametrize("value", ["100", 2.5, True, 0, -3])

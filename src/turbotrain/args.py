@@ -4,7 +4,8 @@ Everything TrainingArguments accepts keeps its meaning. turbotrain's options are
 `TurboOptions` (a frozen dataclass: name, type, default, help): the backend's and the token budget here,
 and one field per option each pass registers (passes/registry.py, with its help in the pass's module).
 `TurboTrainingArguments` carries the same fields, so they work as keyword arguments, in `to_dict()` and
-on the command line (`HfArgumentParser`). They flow one way: the arguments are checked once at
+on the command line (`HfArgumentParser`; a dict option, `backend_options`, takes JSON text there, as
+TrainingArguments' own dict fields do, parsed once at construction). They flow one way: the arguments are checked once at
 construction (values, types, and `backend_options` against the chosen backend's typed options class),
 the trainer reads them once (`TurboOptions.from_args`) and computes the effective options for its
 backend and its own loss (`without`, `switched_off`); nobody writes them back. What each option does is
@@ -15,8 +16,10 @@ documented where it is implemented; the README's option table links there.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import typing
 from dataclasses import MISSING, dataclass, field, fields, replace
 
 import torch
@@ -27,6 +30,7 @@ from turbotrain.passes import registry
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
 logger = logging.getLogger("turbotrain")
+EXAMPLE_JSON = '{"scope": "blocks"}'
 
 
 def _help(text: str) -> dict:
@@ -122,8 +126,41 @@ def attribute_names(arguments_class: type) -> dict[str, str]:
     return getattr(arguments_class, "_turbo_attributes", {f.name: f.name for f in fields(TurboOptions)})
 
 
+def _dict_options() -> tuple[str, ...]:
+    """The TurboOptions fields that hold a dict (`backend_options`)."""
+    hints = typing.get_type_hints(TurboOptions)
+    return tuple(f.name for f in fields(TurboOptions) if dict in typing.get_args(hints[f.name]))
+
+
+def _argument_type(option):
+    """The type an arguments class declares for `option`: a dict option also takes a string, JSON text, the way
+    TrainingArguments' own dict fields do (`lr_scheduler_kwargs: dict | str | None`); HfArgumentParser
+    cannot turn a command line's `--backend_options '{"scope": "blocks"}'` into a `dict` field."""
+    return dict | str | None if option.name in _dict_options() else option.type
+
+
+def _json_object(name: str, text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} takes a JSON object, such as '{EXAMPLE_JSON}', got {text!r}")
+    return value
+
+
+def _parse_json_options(args) -> None:
+    """Dict options given as JSON text (what HfArgumentParser passes from a command line) become dicts, once,
+    at construction."""
+    for name in _dict_options():
+        attribute = attribute_names(type(args))[name]
+        if isinstance(getattr(args, attribute), str):
+            setattr(args, attribute, _json_object(name, getattr(args, attribute)))
+
+
 def _with_turbo_fields(cls):
-    """Give `cls` TurboOptions' fields (same types, defaults and help), then make it a dataclass.
+    """Give `cls` TurboOptions' fields (same types, defaults and help; a dict option also takes JSON text),
+    then make it a dataclass.
 
     A field the arguments class already has keeps its owner's meaning, and turbotrain's option of that
     name is carried as `turbo_<name>`: TRL's `SFTConfig.padding_free` (TRL's own flattening collator)
@@ -134,7 +171,7 @@ def _with_turbo_fields(cls):
     for option in fields(TurboOptions):
         name = f"turbo_{option.name}" if option.name in own else option.name
         cls._turbo_attributes[option.name] = name
-        cls.__annotations__[name] = option.type
+        cls.__annotations__[name] = _argument_type(option)
         default = option.default if option.default is not MISSING else None
         setattr(cls, name, field(default=default, metadata=dict(option.metadata)))
     return dataclass(cls)
@@ -146,6 +183,7 @@ class TurboArgumentsMixin:
     def __post_init__(self):
         if str(self.optim) == ORT_FUSED_ALIAS:
             self.optim = "adamw_torch_fused"
+        _parse_json_options(self)
         TurboOptions.from_args(self).validate()
         if _cpu_only_multiprocess() and not self.use_cpu:
             # Without use_cpu, Accelerate treats a torchrun launch on a machine with no accelerator as
@@ -205,6 +243,18 @@ def turbo_arguments(arguments_class: type[TrainingArguments]) -> type[TrainingAr
         made = type(f"Turbo{arguments_class.__name__}", (TurboArgumentsMixin, arguments_class), namespace)
         _ARGUMENT_CLASSES[arguments_class] = _with_turbo_fields(made)
     return _ARGUMENT_CLASSES[arguments_class]
+
+
+def rebuilt_as(args: TrainingArguments, arguments_class: type[TrainingArguments]) -> TrainingArguments:
+    """`args` (turbo arguments) as a `turbo_arguments(arguments_class)`: the TrainingArguments values as TRL carries
+    plain arguments into its config (`arguments_class(**args.to_dict())`, the hub token restored), each turbotrain
+    option under its name there (`padding_free` -> `turbo_padding_free` where the class has its own)."""
+    made = turbo_arguments(arguments_class)
+    carried, target = attribute_names(type(args)), attribute_names(made)
+    values = {k: v for k, v in args.to_dict().items() if k not in set(carried.values())}
+    values["hub_token"] = args.hub_token  # to_dict hides it
+    values.update({target[name]: getattr(args, attribute) for name, attribute in carried.items()})
+    return made(**values)
 
 
 TurboSeq2SeqTrainingArguments = turbo_arguments(Seq2SeqTrainingArguments)  # was: Seq2SeqTrainingArguments

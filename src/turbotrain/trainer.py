@@ -11,6 +11,9 @@ which forwards them to the public `turbo_*` methods here:
   `passes.registry.trainer_refusals`), choose the fused AdamW (`turbo_optim`, which Trainer's optimizer
   is created with: `get_optimizer_cls_and_kwargs`; the arguments keep their `optim`), and install the
   model passes (`optimize`) on the model the Trainer trains.
+* `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
+  `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
+  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`integrations/trl.as_sft_config`).
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
@@ -57,7 +60,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
+from turbotrain.integrations.trl import TrlTokenCount, as_sft_config, counts_tokens_from_mask, sums_log_probs
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -77,6 +80,7 @@ class TurboMixin(TrainerBoundary):
 
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False
+        args, kwargs = as_sft_config(type(self), args, kwargs)  # TRL would rebuild turbo arguments and fail
         super().__init__(*args, **kwargs)
         requested = TurboOptions.from_args(self.args)
         self.backend = get_backend(requested.backend, requested.backend_options)

@@ -93,6 +93,14 @@ def test_run_options_are_the_defaults_and_what_the_script_sets_wins(patched, tmp
     assert isinstance(parsed, TurboTrainingArguments) and isinstance(parsed, TrainingArguments)
 
 
+@pytest.mark.parametrize("patched", [{"backend": "inductor"}], indirect=True)
+def test_a_script_s_own_command_line_sets_backend_options_as_json(patched, tmp_path):
+    parser = HfArgumentParser(transformers.TrainingArguments)
+    command_line = ["--output_dir", str(tmp_path), "--backend_options", '{"scope": "blocks"}']
+    (parsed,) = parser.parse_args_into_dataclasses(command_line)
+    assert (parsed.backend, parsed.backend_options) == ("inductor", {"scope": "blocks"})
+
+
 @pytest.mark.parametrize("patched", [{"backend": "eager", "backend_options": None}], indirect=True)
 def test_arguments_with_run_defaults_pickle_as_their_turbotrain_class(patched, tmp_path):
     import torch
@@ -114,3 +122,21 @@ def test_trl_config_with_run_defaults_keeps_trl_s_padding_free_and_pickles(patch
     config = trl.SFTConfig(output_dir=str(tmp_path), bf16=False)
     assert config.turbo_padding_free is False and config.padding_free is False  # turbotrain's option, TRL's own
     assert type(pickle.loads(pickle.dumps(config))) is TurboSFTConfig
+
+
+@pytest.mark.requires_llm
+@pytest.mark.parametrize("patched", [{"backend": "eager"}], indirect=True)
+def test_sft_trainer_given_training_arguments_gets_a_turbo_sft_config(patched, tmp_path):
+    # a script's `SFTTrainer(args=TrainingArguments(...))`: TRL rebuilds the arguments as an SFTConfig, which
+    # failed on turbotrain's fields once `turbotrain run` had made them TurboTrainingArguments
+    import trl
+
+    from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
+    from turbotrain import TurboSFTConfig
+
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), max_steps=1, report_to="none", use_cpu=True)
+    trainer = trl.SFTTrainer(
+        model=decoder(), args=args, train_dataset=prompt_completion_rows(), processing_class=tokenizer()
+    )
+    assert isinstance(trainer.args, TurboSFTConfig) and trainer.args.backend == "eager"
+    assert (trainer.args.padding_free, trainer.args.turbo_padding_free) == (False, True)

@@ -123,3 +123,26 @@ def test_sft_script_pattern_ready_names_save_checkpoints_and_the_stock_losses(tm
     turbo_logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     _, stock_logs = sft_history(tmp_path, False)
     assert_same_history(turbo_logs, stock_logs)
+
+
+@pytest.mark.parametrize("positional", [False, True])
+def test_turbo_training_arguments_in_turbo_sft_trainer_become_a_turbo_sft_config(tmp_path, positional):
+    # SFTTrainer rebuilds other arguments as SFTConfig(**args.to_dict()): that raised on turbotrain's options
+    # (`backend` is no SFTConfig field), and turbotrain's padding_free would have become TRL's.
+    from trl import SFTConfig
+
+    from turbotrain import TurboSFTTrainer, TurboTrainingArguments
+
+    args = TurboTrainingArguments(
+        output_dir=str(tmp_path / "turbo"), **COMMON, use_cpu=True, backend="eager", fused_activation=False
+    )
+    model, rest = decoder(), dict(train_dataset=prompt_completion_rows(), processing_class=tokenizer())
+    trainer = TurboSFTTrainer(model, args, **rest) if positional else TurboSFTTrainer(model=model, args=args, **rest)
+    assert isinstance(trainer.args, SFTConfig) and type(trainer.args).__name__ == "TurboSFTConfig"
+    assert (trainer.args.padding_free, trainer.args.turbo_padding_free) == (False, True), "TRL's stays TRL's"
+    assert (trainer.args.backend, trainer.args.fused_activation, trainer.args.learning_rate) == ("eager", False, 1e-3)
+    trainer.train()
+    assert {"label_sparsity", "padding_free"} <= set(trainer.turbo_report.applied)
+    turbo_logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    _, stock_logs = sft_history(tmp_path, False)
+    assert_same_history(turbo_logs, stock_logs)
