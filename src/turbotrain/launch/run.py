@@ -116,7 +116,18 @@ def run_script(script: str, args: list[str], options: dict) -> int:
         if is_first_process():
             print(made_line(script, MADE[first:]), file=sys.stderr, flush=True)
         patch.undo()
+        release_process_group()
     return code
+
+
+def release_process_group() -> None:
+    """Destroy the process group the script's Trainer set up (torchrun, accelerate launch), as torch asks
+    scripts to before they exit: left to interpreter teardown, its communication threads could be destroyed
+    still running, and a finished rank abort ("terminate called without an active exception")."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def main(argv: list[str]) -> int:
