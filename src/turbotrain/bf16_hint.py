@@ -55,3 +55,19 @@ def bf16_hint(
 def wants_hint(args) -> bool:
     """An fp32 run on the CPU: the only case the hint speaks to."""
     return args.device.type == "cpu" and not (args.bf16 or args.fp16)
+
+
+def bf16_autocast_pays(flags: frozenset[str] | None = None, cuda_bf16: bool | None = None) -> tuple[bool, str]:
+    """(use bf16 autocast?, why): a CUDA device that supports bf16, or a CPU with AMX bf16 tiles.
+
+    AVX512-BF16 alone is not enough: its bf16 matmuls ran ~2.3x fp32 (utils/cpu.py), too little to pay for
+    autocast's casts around every op in a small model; AMX tiles ran ~6x (3.7x on a 2-core Xeon, 1024² matmuls).
+    Flags and CUDA are injectable."""
+    if cuda_bf16 is None:
+        cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    if cuda_bf16:
+        return True, "CUDA device supports bf16"
+    flags = cpu_flags() if flags is None else flags
+    if "amx_bf16" in flags:
+        return True, "CPU has amx_bf16"
+    return False, f"CPU has no amx_bf16 ({cpu_model()})"

@@ -23,6 +23,7 @@ def _add_model_flags(parser: argparse.ArgumentParser, defaults) -> None:
 
 def _pretrain_parser(sub) -> None:
     from turbotrain.pretrain import PretrainConfig
+    from turbotrain.pretrain.config import BF16_CHOICES
 
     d = PretrainConfig()
     p = sub.add_parser("pretrain", help="pretrain a RoBERTa-style masked LM on the built-in corpus or your files")
@@ -35,6 +36,9 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="default: 5%% of --steps")
     p.add_argument("--lr-scheduler", default=d.lr_scheduler, choices=["linear", "cosine", "constant_with_warmup"])
     p.add_argument("--dropout", type=float, default=d.dropout)
+    p.add_argument(
+        "--bf16", default=d.bf16, choices=BF16_CHOICES, help="bf16 autocast; auto: on with AMX-BF16 or a bf16 GPU"
+    )
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
     p.add_argument("--eval-steps", type=int, default=d.eval_steps, help="held-out evaluation every N steps")
     p.add_argument("--save-steps", type=int, default=d.save_steps, help="committed checkpoint every N steps")

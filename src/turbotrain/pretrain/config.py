@@ -1,9 +1,12 @@
 """`PretrainConfig`: the main job's options, checked up front (one clear line per bad value).
 
-Defaults were chosen by measurement on a 2-core CPU (benchmarks/2026-12-01-cpu-pretrain-sweep.md): at an
-equal training-time budget, RoBERTa h128 x 2 layers (0.10 s/step) left the unigram plateau while h256 x 4
-(0.47 s/step, lr 1e-3 or 2e-3) was still on it; 4,000 steps of 32 natural-length paragraphs (~5 epochs of
-the built-in corpus) then train in ~7 minutes there.
+Defaults were chosen by measurement on 2-core CPUs. benchmarks/2026-12-01-cpu-pretrain-sweep.md: at a 75 s
+budget, RoBERTa h128 x 2 layers (0.10 s/step) left the unigram plateau while h256 x 4 (0.47 s/step) stayed on
+it. benchmarks/2026-12-02-cpu-pretrain-sweep.md (Xeon with AMX-BF16): at a 480 s budget h128 x 2 in fp32
+(7,594 steps) reached held-out top-1 28.4% with context-dependent fill-mask guesses, h256 x 4 in bf16 (2,678
+steps) 18.2%; 4,000 steps of h128 x 2 gave 15.9%, "the" for 8 of the 10 fill-mask lines. So: h128 x 2,
+8,000 steps of 32 natural-length paragraphs (~18 epochs of the built-in corpus, ~8 minutes there), fp32:
+bf16 autocast made this small model's steps slower (0.098 vs 0.063 s/step; `--bf16 auto` is for larger ones).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import dataclass, field
 
 from turbotrain.pretrain.shape import ModelShape
 
+BF16_CHOICES = ("on", "off", "auto")  # precision.py: auto = bf16 autocast on AMX-BF16 CPUs / bf16 CUDA
 MIN_SEQ_LEN = 16  # shorter cannot hold a sentence with a masked word (the fill-mask examples need ~12-40)
 
 
@@ -24,14 +28,15 @@ class PretrainConfig(ModelShape):
     batch_size: int = 32
     output_dir: str = "out/pretrain"
     files: list[str] = field(default_factory=list)
-    max_steps: int = 4000
+    max_steps: int = 8000
     learning_rate: float = 2e-3
-    warmup_steps: int | None = None  # None: 5% of max_steps (200 of the default 4,000)
+    warmup_steps: int | None = None  # None: 5% of max_steps (400 of the default 8,000)
     lr_scheduler: str = "linear"
     dropout: float = 0.1
+    bf16: str = "off"  # on, off, auto (precision.py); fp32 is faster for the default h128 x 2
     logging_steps: int = 100
-    eval_steps: int = 250
-    save_steps: int = 500
+    eval_steps: int = 500
+    save_steps: int = 1000
     backend: str = "auto"
     label_sparsity: bool = True
     progress: bool = True
@@ -80,3 +85,5 @@ def check_config(cfg: PretrainConfig) -> None:
         raise ValueError(f"--dropout must be in [0, 1), got {cfg.dropout}")
     if cfg.lr_scheduler not in ("linear", "cosine", "constant_with_warmup"):
         raise ValueError(f"--lr-scheduler must be linear, cosine or constant_with_warmup, got {cfg.lr_scheduler}")
+    if cfg.bf16 not in BF16_CHOICES:
+        raise ValueError(f"--bf16 must be on, off or auto, got {cfg.bf16}")

@@ -13,6 +13,7 @@ from turbotrain.data import load_corpus, train_tokenizer
 from turbotrain.data.corpus import Corpus
 from turbotrain.pretrain.config import PretrainConfig
 from turbotrain.pretrain.data import PretrainData, build_pretrain_data
+from turbotrain.pretrain.precision import resolve_precision
 from turbotrain.trainer import TurboTrainer
 
 
@@ -56,6 +57,7 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
         dataloader_num_workers=0,
         dataloader_pin_memory=False,
         disable_tqdm=not cfg.progress,
+        **resolve_precision(cfg.bf16).trainer_arguments(),
     )
     if stock:
         return TrainingArguments(**common)

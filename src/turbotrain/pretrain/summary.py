@@ -6,6 +6,8 @@ import math
 
 from rich.console import Console
 
+from turbotrain.pretrain.precision import resolve_precision
+
 
 def print_data(console: Console, cfg, prepared) -> None:
     data = prepared.data
@@ -21,7 +23,7 @@ def print_data(console: Console, cfg, prepared) -> None:
     console.print(
         f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.max_steps} steps "
         f"of {cfg.batch_size} paragraphs, lr {cfg.learning_rate:g} ({cfg.lr_scheduler}, "
-        f"{cfg.warmup} warm-up)"
+        f"{cfg.warmup} warm-up); {resolve_precision(cfg.bf16).label}"
     )
 
 
