@@ -60,6 +60,10 @@ def test_backend_options_text_that_is_not_a_json_object_is_refused(tmp_path, tex
         make_args(tmp_path, backend="inductor", backend_options=text)
 
 
+def test_backend_options_json_null_is_none(tmp_path):
+    assert make_args(tmp_path, backend="inductor", backend_options="null").backend_options is None
+
+
 def test_backend_options_json_text_is_checked_against_the_backend(tmp_path):
     with pytest.raises(ValueError, match="scop"):
         make_args(tmp_path, backend="inductor", backend_options='{"scop": "blocks"}')

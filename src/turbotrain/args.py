@@ -5,8 +5,8 @@ Everything TrainingArguments accepts keeps its meaning. turbotrain's options are
 and one field per option each pass registers (passes/registry.py, with its help in the pass's module).
 `TurboTrainingArguments` carries the same fields, so they work as keyword arguments, in `to_dict()` and
 on the command line (`HfArgumentParser`; a dict option, `backend_options`, takes JSON text there, as
-TrainingArguments' own dict fields do, parsed once at construction). They flow one way: the arguments are checked once at
-construction (values, types, and `backend_options` against the chosen backend's typed options class),
+TrainingArguments' own dict fields do, parsed once at construction). They flow one way: the arguments are
+checked once at construction (values, types, and `backend_options` against the chosen backend's typed options class),
 the trainer reads them once (`TurboOptions.from_args`) and computes the effective options for its
 backend and its own loss (`without`, `switched_off`); nobody writes them back. What each option does is
 documented where it is implemented; the README's option table links there.
@@ -139,12 +139,13 @@ def _argument_type(option):
     return dict | str | None if option.name in _dict_options() else option.type
 
 
-def _json_object(name: str, text: str) -> dict:
+def json_object(name: str, text: str) -> dict | None:
+    """`text` as the dict option `name` takes: a JSON object, or `null` for none; anything else is refused."""
     try:
         value = json.loads(text)
     except ValueError:
-        value = None
-    if not isinstance(value, dict):
+        value = text
+    if value is not None and not isinstance(value, dict):
         raise ValueError(f"{name} takes a JSON object, such as '{EXAMPLE_JSON}', got {text!r}")
     return value
 
@@ -155,7 +156,7 @@ def _parse_json_options(args) -> None:
     for name in _dict_options():
         attribute = attribute_names(type(args))[name]
         if isinstance(getattr(args, attribute), str):
-            setattr(args, attribute, _json_object(name, getattr(args, attribute)))
+            setattr(args, attribute, json_object(name, getattr(args, attribute)))
 
 
 def _with_turbo_fields(cls):

@@ -140,3 +140,14 @@ def test_ratio_pairs_each_step_with_the_reference_on_the_same_batch():
     # paired per-step speedups 0.5, 0.5, 2, 2, 2: median 2; throughput is all units over all seconds
     assert paired_speedup(turbo, stock, warmup=1) == 2.0
     assert turbo.throughput(1, "tokens") == 1220 / 6.4 and stock.step_seconds(1) == [0.1, 0.1, 4.0, 4.0, 4.0]
+
+
+def test_the_pairing_stays_within_each_round_when_a_round_is_shorter():
+    from turbotrain.bench.runner import PeerRuns, Segment, paired_speedup
+
+    def runs(*rounds):
+        return PeerRuns("p", [Segment([9.0, *seconds], [], [], (False, False)) for seconds in rounds])
+
+    stock = runs([1.0, 1.0], [8.0, 8.0, 8.0])
+    turbo = runs([0.5], [4.0, 4.0, 4.0])  # round 1 ended early: its one step pairs with round 1's first
+    assert paired_speedup(turbo, stock, warmup=1) == 2.0  # flattened, 0.5 s would have met 1.0 and 4.0 met 1.0

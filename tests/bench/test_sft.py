@@ -79,3 +79,16 @@ def test_tiny_long_sft_bench_runs_turbo_against_stock_and_mask_packing(tmp_path)
         assert row["max_rel_loss_diff"] < 1e-4, name
     assert "padding_free" in peers["turbo"]["passes"] and "padding_free" in peers["turbo-masks"]["passes"]
     assert "long-tailed" in saved["title"]
+
+
+def test_the_masks_peer_packs_with_masks_and_the_turbo_peer_with_packed_attention(tmp_path):
+    from turbotrain.bench.counting import BatchCounter
+
+    workload = tiny_workload("sft", lengths="long", batch_size=2, peers=("stock", "turbo", "turbo-masks"))
+    model, data = workload.model(), workload.data()
+    built = {
+        peer: workload.trainer(peer, model, data, BatchCounter(), str(tmp_path / peer)).trainer
+        for peer in ("turbo", "turbo-masks")
+    }
+    assert built["turbo-masks"].args.padding_free_attention == "masks"
+    assert built["turbo"].args.padding_free_attention != "masks"

@@ -119,3 +119,37 @@ def test_python_m_turbotrain_takes_a_script_or_any_turbotrain_command(tmp_path, 
     with pytest.raises(SystemExit) as exited:
         python_m(["export", "--help"])  # a command of the `turbotrain` CLI, not a script
     assert exited.value.code == 0 and capsys.readouterr().out.startswith("usage: turbotrain export")
+
+
+class FakeGroup:
+    """torch.distributed's group calls as the launcher sees them: initialized or not, destroy counted."""
+
+    def __init__(self, monkeypatch, initialized=True, fails=False):
+        import torch.distributed as dist
+
+        self.destroyed, self.initialized, self.fails = 0, initialized, fails
+        monkeypatch.setattr(dist, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(dist, "destroy_process_group", self.destroy)
+
+    def destroy(self):
+        if self.fails:
+            raise RuntimeError("gloo says no")
+        self.destroyed += 1
+        self.initialized = False
+
+
+@pytest.mark.parametrize("source, code, destroyed", [("x = 1\n", 0, 1), ("raise ValueError('bad')\n", 1, 0)])
+def test_a_finished_script_s_process_group_is_destroyed_a_failed_one_s_is_not(
+    tmp_path, monkeypatch, source, code, destroyed
+):
+    group = FakeGroup(monkeypatch)
+    assert main(["--backend", "eager", str(write(tmp_path, "s.py", source))]) == code
+    assert group.destroyed == destroyed  # after an error peers may wait in a collective: the rank just exits
+
+
+def test_a_script_that_destroyed_its_group_and_a_failing_destroy_keep_the_script_s_code(tmp_path, monkeypatch, capsys):
+    group = FakeGroup(monkeypatch, initialized=False)
+    assert main(["--backend", "eager", str(write(tmp_path, "s.py", "x = 1\n"))]) == 0 and group.destroyed == 0
+    FakeGroup(monkeypatch, fails=True)
+    assert main(["--backend", "eager", str(write(tmp_path, "s.py", "x = 1\n"))]) == 0
+    assert "the process group could not be destroyed at exit: gloo says no" in capsys.readouterr().err

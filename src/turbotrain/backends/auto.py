@@ -176,7 +176,8 @@ class AutoBackend(Backend):
             self.plan = f"eager ({why})"
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
-        self.model = model
+        """A new model (Trainer's `model_init` makes one per training or trial) starts eager, its choice new."""
+        self.model, self.choice = model, "eager"
         self.inductor = InductorBackend(InductorOptions(scope=inductor_scope(self.options.scope, model)))
         return model
 

@@ -160,9 +160,14 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
 
 
 def paired_speedup(runs: PeerRuns, reference: PeerRuns, warmup: int) -> float:
-    """Median over the measured steps of reference seconds / this peer's seconds on the same step."""
-    pairs = zip(reference.step_seconds(warmup), runs.step_seconds(warmup))
-    return statistics.median(ref / mine for ref, mine in pairs)
+    """Median over the measured steps of reference seconds / this peer's seconds on the same step (same round,
+    same step index: the same batch); rounds of unequal length pair only their common steps."""
+    ratios = [
+        ref / mine
+        for own, theirs in zip(runs.segments, reference.segments)
+        for ref, mine in zip(theirs.seconds[warmup:], own.seconds[warmup:])
+    ]
+    return statistics.median(ratios) if ratios else float("nan")
 
 
 def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, model=None, peak=None) -> dict:

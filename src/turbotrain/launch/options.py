@@ -17,7 +17,7 @@ import os
 import typing
 from dataclasses import fields
 
-from turbotrain.args import TurboOptions
+from turbotrain.args import TurboOptions, json_object
 
 ENV_VARIABLE = "TURBOTRAIN_OPTIONS"
 TRUE, FALSE = ("true", "yes", "1", "on"), ("false", "no", "0", "off")
@@ -58,9 +58,9 @@ def _parse_value(name: str, text: str):
             raise OptionError(f"--{name} takes a whole number, got {text!r}") from None
     if dict in allowed:
         try:
-            return json.loads(text)
+            return json_object(f"--{name}", text)
         except ValueError as error:
-            raise OptionError(f"--{name} takes a JSON object, got {text!r} ({error})") from None
+            raise OptionError(str(error)) from None
     return text
 
 

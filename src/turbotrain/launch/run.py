@@ -107,6 +107,7 @@ def run_script(script: str, args: list[str], options: dict) -> int:
     code = 0
     try:
         exec_as_main(script)  # a SystemExit goes up as it is: Python exits with the script's code
+        release_process_group()
     except (Exception, KeyboardInterrupt) as error:
         error = error.with_traceback(_script_traceback(error, script))  # what Python would print for the script
         sys.excepthook(type(error), error, error.__traceback__)
@@ -116,18 +117,23 @@ def run_script(script: str, args: list[str], options: dict) -> int:
         if is_first_process():
             print(made_line(script, MADE[first:]), file=sys.stderr, flush=True)
         patch.undo()
-        release_process_group()
     return code
 
 
 def release_process_group() -> None:
-    """Destroy the process group the script's Trainer set up (torchrun, accelerate launch), as torch asks
-    scripts to before they exit: left to interpreter teardown, its communication threads could be destroyed
-    still running, and a finished rank abort ("terminate called without an active exception")."""
+    """After a script that finished normally: destroy the process group its Trainer set up (torchrun,
+    accelerate launch) and left, as torch asks scripts to before they exit; left to interpreter teardown,
+    its communication threads could be destroyed still running and a finished rank abort ("terminate called
+    without an active exception"). Not after an error (peers may still wait in a collective: the rank exits
+    and the launcher sees its code); a failure to destroy is reported, never the script's result."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
         dist.destroy_process_group()
+    except Exception as error:  # the script succeeded; its exit code stays 0
+        print(f"{PROG}: the process group could not be destroyed at exit: {error}", file=sys.stderr)
 
 
 def main(argv: list[str]) -> int:

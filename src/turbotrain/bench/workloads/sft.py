@@ -41,7 +41,7 @@ from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.chat import SftData, build_sft_data
-from turbotrain.data.long_rows import build_long_rows
+from turbotrain.data.long_rows import LONGEST, build_long_rows
 from turbotrain.data.variable import length_histogram
 from turbotrain.integrations.trl import sft_classes
 from turbotrain.trainer import turbo
@@ -49,7 +49,6 @@ from turbotrain.utils.imports import require
 
 SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
 LENGTHS = ("chat", "long")
-LONG_POSITIONS = 4096  # --lengths long: the longest row (data/long_rows.LONGEST)
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
 
@@ -90,7 +89,7 @@ class Sft(TrainerWorkload):
             self.shape, seq_len=self.seq_len, overrides=overrides, untied=self.untied, dropout=self.dropout
         )
         if self.lengths == "long":
-            config.max_position_embeddings = max(config.max_position_embeddings, LONG_POSITIONS)
+            config.max_position_embeddings = max(config.max_position_embeddings, LONGEST)
         return config
 
     def model(self):
@@ -133,7 +132,7 @@ class Sft(TrainerWorkload):
         mode = "LoRA" if self.lora else "full fine-tune"
         shape = f"{self.shape} ({config.model_type})" if self.shape != "small" else "Qwen2-shaped"
         sizes = f"h{config.hidden_size} L{config.num_hidden_layers} vocab {config.vocab_size:,}"
-        longest = LONG_POSITIONS if self.lengths == "long" else self.seq_len
+        longest = LONGEST if self.lengths == "long" else self.seq_len
         kind = "long-tailed lengths, every token labelled," if self.lengths == "long" else "variable lengths"
         lengths = f"{kind} <= {longest} batch {self.batch_size}"
         return f"SFT {shape}, {mode}, {'untied' if self.untied else 'tied'}, {sizes} {lengths}{self.run_suffix()}"
