@@ -164,16 +164,11 @@ def test_compile_with_auto_says_it_cannot_measure(caplog):
     assert "runs eager" in caplog.text
 
 
-def test_auto_times_regional_inductor_where_the_model_has_blocks():
-    from turbotrain.backends.auto import inductor_scope
-
+def test_a_new_model_starts_eager_whatever_the_previous_one_ran():
     backend = get_backend("auto")
-    backend.wrap_model(make("gpt2", dropout=False))
-    assert backend.scope == "blocks"
-    assert inductor_scope("auto", torch.nn.Linear(2, 2)) == "model"  # nothing repeated: the whole model
-    assert inductor_scope("model", make("gpt2", dropout=False)) == "model"  # asked for: kept
-    explicit = get_backend("auto", {"scope": "model"})
-    explicit.wrap_model(make("gpt2", dropout=False))
-    assert explicit.scope == "model"
-    with pytest.raises(ValueError, match="scope must be one of"):
-        get_backend("auto", {"scope": "layers"})
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    backend.use("inductor")
+    backend.wrap_model(torch.nn.Linear(2, 2))  # Trainer's model_init: a new model for the next trial
+    assert backend.choice == "eager" and backend.model._compiled_call_impl is None
+    backend.use("inductor")  # a cached choice now compiles the new model
+    assert backend.model._compiled_call_impl is not None

@@ -22,15 +22,11 @@ choosing never changes the numbers. Against always-eager, a run loses at most th
 plus m slower steps, paid once per machine and shape (then cached).
 
 Data parallel: each process measures for itself; a different choice per rank changes only speed.
-Options (`backend_options`, `AutoOptions`): min_steps, measure_steps, cache (bool), scope (what inductor
-compiles, see inductor.py): "blocks" (the default where the model has repeated blocks: regional compilation,
-the embeddings, head and loss stay eager), "model" (the whole call).
-
-Why "blocks" by default: with the whole model compiled, the chunked head (an eager autograd.Function,
-passes/chunked_ce.py, which `auto` keeps on because eager may win) breaks the graph at the head, and the
-whole-model candidate is the slower one to compile; issue 23 saw a GPT-2-shaped bf16 run (h512, 6 layers,
-vocabulary 50,257) under `auto` at 1.10x stock while `turbotrain bench` with regional inductor gave 1.67x at
-h256. Auto now times the regional candidate (benchmarks/2026-12-02-cpu-auto-scope.md where measured).
+Options (`backend_options`, `AutoOptions`): min_steps, measure_steps, cache (bool), scope ("model",
+"blocks": what inductor compiles, see inductor.py). "model" stays the default: on a GPT-2-shaped bf16 run
+(h512, 6 layers, vocabulary 50,257, batch 16 x 128, 60 steps) auto timed whole-model inductor 1.16x eager
+and kept it (1.09x stock bf16), while with "blocks" inductor timed equal to eager (1.00x) and eager was kept
+(benchmarks/2026-12-02-cpu-auto-scope.md).
 """
 
 from __future__ import annotations
@@ -50,7 +46,7 @@ from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.inductor import SCOPES, InductorBackend, InductorOptions
 from turbotrain.backends.registry import register_backend
 from turbotrain.hf_boundary import attention_implementation
-from turbotrain.modeling import repeated_blocks, unwrap
+from turbotrain.modeling import unwrap
 from turbotrain.passes.optimize import REPORT_ATTRIBUTE
 from turbotrain.utils.cache import cache_dir, digest, write_atomically
 from turbotrain.utils.cpu import cpu_model
@@ -66,20 +62,13 @@ class AutoOptions(BackendOptions):
     min_steps: int = 50
     measure_steps: int = 8
     cache: bool = True
-    scope: str = "auto"  # "auto": "blocks" where the model has repeated blocks, else "model"
+    scope: str = "model"
 
     def validate(self) -> None:
         if self.measure_steps < 1 or self.min_steps < 0:
             raise ValueError("measure_steps must be >= 1 and min_steps >= 0")
-        if self.scope not in (*SCOPES, "auto"):
-            raise ValueError(f"scope must be one of {(*SCOPES, 'auto')}, got {self.scope!r}")
-
-
-def inductor_scope(scope: str, model: nn.Module) -> str:
-    """The scope auto's inductor candidate compiles: `scope`, or for "auto" the blocks where there are any."""
-    if scope != "auto":
-        return scope
-    return "blocks" if repeated_blocks(unwrap(model)) else "model"
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
 
 
 def run_key(args: TrainingArguments, model: nn.Module, scope: str, length: str = "?") -> str:
@@ -160,8 +149,7 @@ class AutoBackend(Backend):
 
     def __init__(self, options: AutoOptions | None = None):
         super().__init__(options)
-        first_scope = "model" if self.options.scope == "auto" else self.options.scope  # until the model is known
-        self.inductor = InductorBackend(InductorOptions(scope=first_scope))
+        self.inductor = InductorBackend(InductorOptions(scope=self.options.scope))
         self.args: TrainingArguments | None = None
         self.model: nn.Module | None = None
         self.choice = "eager"
@@ -178,13 +166,7 @@ class AutoBackend(Backend):
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """A new model (Trainer's `model_init` makes one per training or trial) starts eager, its choice new."""
         self.model, self.choice = model, "eager"
-        self.inductor = InductorBackend(InductorOptions(scope=inductor_scope(self.options.scope, model)))
         return model
-
-    @property
-    def scope(self) -> str:
-        """What the inductor candidate compiles ("model" or "blocks"), once the model is known."""
-        return self.inductor.options.scope
 
     def callbacks(self) -> list:
         return [AutoChooser(self)]
@@ -231,7 +213,7 @@ class AutoChooser(TrainerCallback):
         if b.plan != "eager" or b.model is None:  # no compiler: eager, already said
             return
         options = b.options
-        self.key = run_key(args, b.model, b.scope, length_bucket(kwargs.get("train_dataloader")))
+        self.key = run_key(args, b.model, options.scope, length_bucket(kwargs.get("train_dataloader")))
         cached = read_cache(self.key) if options.cache else None
         if cached is not None:
             b.figures = {k: v for k, v in cached.items() if k != "choice"}
@@ -244,7 +226,7 @@ class AutoChooser(TrainerCallback):
             )
         else:
             m = options.measure_steps
-            compiled = "its repeated blocks" if b.scope == "blocks" else "the whole model"
+            compiled = "its repeated blocks" if options.scope == "blocks" else "the whole model"
             b.plan = (
                 f"eager, then the faster of eager and inductor ({compiled}), timed on {m} eager steps after a "
                 f"warm-up and on {m} inductor steps that did not compile"
