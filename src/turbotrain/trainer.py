@@ -13,7 +13,7 @@ which forwards them to the public `turbo_*` methods here:
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
   `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
-  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`integrations/trl.as_sft_config`).
+  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`integrations/trl_arguments.py`).
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
@@ -60,7 +60,8 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.integrations.trl import TrlTokenCount, as_sft_config, counts_tokens_from_mask, sums_log_probs
+from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
+from turbotrain.integrations.trl_arguments import as_sft_config
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS

@@ -18,10 +18,8 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/integrations/test_trl.py): the one place
   turbotrain touches a private TRL name.
 * `sft_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`, or an ImportError naming the extra.
-* `as_sft_config(trainer_class, positional, keywords)`: `SFTTrainer` rebuilds arguments that are not an
-  `SFTConfig` as `SFTConfig(**args.to_dict())`; for turbo arguments (`TurboTrainingArguments`) that raised on
-  turbotrain's options, and turbotrain's `padding_free` would have become TRL's. Such arguments are handed
-  over as a `TurboSFTConfig` instead, built the way TRL builds its own (`args.rebuilt_as`).
+* TRL's rebuild of turbo arguments: `integrations/trl_arguments.py` (above `args`, which this module sits
+  below).
 """
 
 from __future__ import annotations
@@ -45,23 +43,6 @@ def sft_classes(feature: str) -> tuple[type, type]:
     from trl import SFTConfig, SFTTrainer
 
     return SFTConfig, SFTTrainer
-
-
-def as_sft_config(trainer_class: type, positional: tuple, keywords: dict) -> tuple[tuple, dict]:
-    """A Trainer call's arguments, its `args` a `TurboSFTConfig` where `trainer_class` is an SFTTrainer given turbo
-    arguments of another class (`SFTTrainer(model, args=None, ...)`: `args` is the second positional one)."""
-    from turbotrain.args import TurboArgumentsMixin, rebuilt_as
-
-    given = positional[1] if len(positional) > 1 else keywords.get("args")
-    if not (isinstance(given, TurboArgumentsMixin) and is_sft_trainer(trainer_class)):
-        return positional, keywords
-    config_class, _ = sft_classes("TurboSFTTrainer")
-    if isinstance(given, config_class):
-        return positional, keywords
-    converted = rebuilt_as(given, config_class)
-    if len(positional) > 1:
-        return (positional[0], converted, *positional[2:]), keywords
-    return positional, {**keywords, "args": converted}
 
 
 def _loaded_sft_trainer() -> type | None:
