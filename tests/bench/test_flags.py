@@ -100,3 +100,14 @@ def test_every_workload_command_parses_back_to_it(task, values):
 
 def test_every_registered_task_is_a_choice_of_the_cli():
     assert set(task_names()) >= {"mlm", "cls", "clm", "sft", "seq2seq", "asr", "unet"}
+
+
+def test_a_flag_two_tasks_share_takes_each_task_s_own_choices():
+    # --lengths: fixed/variable for the corpus workloads, chat/long for sft; argparse offers all four and
+    # each workload refuses the others'
+    assert parse(["--task", "cls", "--lengths", "variable"]).lengths == "variable"
+    assert parse(["--task", "sft", "--lengths", "long"]).lengths == "long"
+    with pytest.raises(ValueError, match="sft takes lengths chat or long"):
+        parse(["--task", "sft", "--lengths", "fixed"])
+    with pytest.raises(ValueError, match="lengths must be one of"):
+        parse(["--task", "mlm", "--lengths", "long"])

@@ -1,12 +1,12 @@
 """`--bf16 on|off|auto`: which precision the main job trains in, printed with the model line.
 
 "auto" turns bf16 autocast on where the hardware has native bf16 matmuls (bf16_hint.bf16_autocast_pays: a CPU
-with AMX bf16 tiles or a CUDA device with bf16), fp32 otherwise, whatever the model's size; the answer depends only on the (cached) CPU flags and the device, so
-the model line and the training arguments always agree. On a CPU, Trainer autocasts only with `use_cpu=True`
-(as the benchmark's peers do, bench/peers.py), so the arguments carry both: without CUDA, `--bf16 on` trains
-on the CPU (an MPS or XPU device is not used for bf16). Measured on a 2-core AMX Xeon
-(benchmarks/2026-12-02-cpu-pretrain-sweep.md): bf16 steps 0.098 vs fp32 0.063 s for the default h128 x 2,
-0.179 vs 0.205 s for h256 x 4; hence the default `off`.
+with AMX bf16 tiles or a CUDA device with bf16), fp32 otherwise, whatever the model's size; the answer depends
+only on the (cached) CPU flags and the device, so the model line and the training arguments always agree. On a
+CPU, Trainer autocasts only with `use_cpu=True` (as the benchmark's peers do, bench/peers.py), so the arguments
+carry both: without CUDA, `--bf16 on` trains on the CPU (an MPS or XPU device is not used for bf16).
+Measured on a 2-core AMX Xeon (benchmarks/2026-12-02-cpu-pretrain-sweep.md): bf16 steps 0.098 vs fp32
+0.063 s for the default h128 x 2, 0.179 vs 0.205 s for h256 x 4; hence the default `off`.
 """
 
 from __future__ import annotations
