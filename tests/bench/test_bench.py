@@ -64,6 +64,7 @@ def test_tiny_bench_writes_json_and_markdown(tmp_path):
     result = run_bench(workload, out_dir=tmp_path)
     saved = json.loads((tmp_path / "bench.json").read_text())
     assert set(saved["peers"]) == {"stock", "turbo"} and saved["reference"] == "stock"
+    assert saved["initial_model_resident"] is False  # peers load their copies: no extra model in any peak
     turbo = saved["peers"]["turbo"]
     assert turbo["tokens_per_s"] > 0 and turbo["ratio"] > 0
     assert turbo["max_rel_loss_diff"] < 1e-4  # same losses as stock, step by step

@@ -103,11 +103,12 @@ def test_every_registered_task_is_a_choice_of_the_cli():
 
 
 def test_a_flag_two_tasks_share_takes_each_task_s_own_choices():
-    # --lengths: fixed/variable for the corpus workloads, chat/long for sft; argparse offers all four and
+    # --lengths: fixed/variable for the corpus workloads, chat/code/long for sft; argparse offers all five and
     # each workload refuses the others'
     assert parse(["--task", "cls", "--lengths", "variable"]).lengths == "variable"
     assert parse(["--task", "sft", "--lengths", "long"]).lengths == "long"
-    with pytest.raises(ValueError, match="sft takes lengths chat or long"):
+    assert parse(["--task", "sft", "--lengths", "code"]).lengths == "code"
+    with pytest.raises(ValueError, match="sft takes lengths chat or code or long"):
         parse(["--task", "sft", "--lengths", "fixed"])
     with pytest.raises(ValueError, match="lengths must be one of"):
         parse(["--task", "mlm", "--lengths", "long"])

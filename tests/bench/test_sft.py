@@ -67,6 +67,17 @@ def test_long_lengths_are_long_tailed_and_every_token_labelled():
         make_workload("sft", lengths="fixed")
 
 
+def test_code_lengths_give_long_prompts_labelled_minus_100():
+    # `--lengths code`: the issue-style rows (long prompts, a short labelled completion)
+    code, chat = tiny_workload("sft", lengths="code", seq_len=256), tiny_workload("sft", seq_len=256)
+    shares = []
+    for workload in (code, chat):
+        labels = workload.data().train["labels"][:200]
+        shares.append(sum(t != -100 for row in labels for t in row) / sum(map(len, labels)))
+    assert shares[0] < 0.5 < shares[1], shares
+    assert "code-to-docstring" in code.title()
+
+
 @pytest.mark.slow
 def test_tiny_long_sft_bench_runs_turbo_against_stock_and_mask_packing(tmp_path):
     # `turbotrain bench --task sft --lengths long`, at a tiny size (never timed here)

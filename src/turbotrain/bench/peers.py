@@ -16,7 +16,6 @@ head ran on, V], one chunk where the chunked head took the call).
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -28,6 +27,7 @@ from turbotrain import modeling
 from turbotrain.args import attribute_names, turbo_arguments
 from turbotrain.backends import valid_choices
 from turbotrain.bench.counting import BatchCounter
+from turbotrain.bench.initial_model import fresh_copy
 from turbotrain.bench.workload import TURBO_PASSES, PeerRecord, Schedule
 from turbotrain.measure.flops import batch_work
 from turbotrain.measure.timing import StepClock
@@ -119,8 +119,9 @@ class TrainerWorkload(Schedule):
 
     @staticmethod
     def fresh(model):
-        """The peer's own copy of the initial model (every peer starts from the same weights)."""
-        return copy.deepcopy(model)
+        """The peer's own copy of the initial model (every peer starts from the same weights); `model` is the
+        model itself or the runner's `SpilledModel` of it."""
+        return fresh_copy(model)
 
     def trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> TrainerPeer:
         return TrainerPeer(self.build_trainer(peer, model, data, counter, output_dir), counter)

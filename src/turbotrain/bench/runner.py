@@ -33,6 +33,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from turbotrain.bench.counting import BatchCount, BatchCounter
+from turbotrain.bench.initial_model import SpilledModel
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import UNIT_KEYS, Workload
 from turbotrain.measure.flops import ModelFlops, step_flops
@@ -204,16 +205,26 @@ def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console |
         counts_work = workload.counts_work
         dtype = torch.bfloat16 if getattr(workload, "bf16", False) else torch.float32
         peak = asdict(matmul_peak(dtype, device)) if counts_work else None
+        flops = ModelFlops.of(model) if counts_work else None
+        extras = workload.extras(model, data)
+        initial = SpilledModel(model)
+        del model  # each peer loads its own copy: no resident initial model in any peer's peak memory
+    if not initial.spilled:
+        console.print("[yellow]The initial model could not be pickled: it stays in memory, in every peak.[/]")
     runs = {peer: PeerRuns(peer) for peer in workload.peers}
     memory = PeakMemory(device)
     order = interleaved_order(workload.peers, workload.rounds)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("benchmark", total=len(order))
-        for round_index, peer in order:
-            progress.update(task, description=f"round {round_index + 1}/{workload.rounds}: {peer}")
-            run_segment(workload, peer, model, data, runs[peer], memory)
-            progress.advance(task)
-    result = summarize(workload, runs, memory.kind, ModelFlops.of(model) if counts_work else None, peak)
-    result.update(workload.extras(model, data))
+    try:
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("benchmark", total=len(order))
+            for round_index, peer in order:
+                progress.update(task, description=f"round {round_index + 1}/{workload.rounds}: {peer}")
+                run_segment(workload, peer, initial, data, runs[peer], memory)
+                progress.advance(task)
+    finally:
+        initial.close()
+    result = summarize(workload, runs, memory.kind, flops, peak)
+    result["initial_model_resident"] = not initial.spilled
+    result.update(extras)
     result["files"] = [str(p) for p in write_reports(result, out_dir, console)]
     return result

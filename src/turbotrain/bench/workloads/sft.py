@@ -6,9 +6,11 @@ half as key/value heads, SwiGLU FFN of 4 x hidden, vocabulary 50,265) or a publi
 `--heads`, `--vocab-size` override the shape's; tied input and output embeddings unless `--untied`;
 `--lora` wraps it with PEFT LoRA (r=16, alpha 32, on q/k/v/o and the MLP projections), so only the
 adapters train. Dropout 0 (`--dropout`).
-Data (data/chat.py): prompt = a standard-library function's signature and first docstring line,
-completion = the rest of its docstring, completion-only labels, dynamic padding, truncated at
-`--seq-len`. The tokenizer is the built-in corpus's (~16,000 tokens): ids above stay unused, as the
+Data (data/chat.py), completion-only labels, dynamic padding, rows cut to `--seq-len` (prompt first):
+`--lengths chat` (default): prompt = a standard-library function's signature and first docstring line,
+completion = the rest of its docstring (short prompts, ~70% of tokens labelled); `--lengths code`: prompt = a
+function's code, completion = its docstring (long prompts labelled -100, ~25% of tokens labelled: the shape
+of most chat fine-tuning sets). The tokenizer is the built-in corpus's (~16,000 tokens): ids above stay unused, as the
 rare tokens of a real 151,936-token vocabulary would.
 
 `--lengths long` (data/long_rows.py): rows of log-normal lengths (median 256) up to 4,096 tokens, every token
@@ -40,7 +42,7 @@ from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
 from turbotrain.data import stdlib_corpus, train_tokenizer
-from turbotrain.data.chat import SftData, build_sft_data
+from turbotrain.data.chat import ROW_KINDS, SftData, build_sft_data
 from turbotrain.data.long_rows import LONGEST, build_long_rows
 from turbotrain.data.variable import length_histogram
 from turbotrain.integrations.trl import sft_classes
@@ -48,7 +50,7 @@ from turbotrain.trainer import turbo
 from turbotrain.utils.imports import require
 
 SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
-LENGTHS = ("chat", "long")
+LENGTHS = (*ROW_KINDS, "long")
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
 
@@ -67,7 +69,10 @@ class Sft(TrainerWorkload):
     seq_len: int = field(default=128, metadata={"help": "rows are truncated at this many tokens (chat rows)"})
     lengths: str = field(
         default="chat",
-        metadata={"help": "chat rows (completion-only labels) or long-tailed rows up to 4,096", "choices": LENGTHS},
+        metadata={
+            "help": "chat rows (short prompts), code rows (long prompts) or long-tailed rows up to 4,096",
+            "choices": LENGTHS,
+        },
     )
     lora: bool = field(default=False, metadata={"help": "train PEFT LoRA adapters only"})
     untied: bool = field(default=False, metadata={"help": "separate input and output embeddings"})
@@ -108,7 +113,7 @@ class Sft(TrainerWorkload):
         tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
         if self.lengths == "long":
             return build_long_rows(tokenizer, seed=self.seed)
-        return build_sft_data(tokenizer, self.seq_len, seed=self.seed)
+        return build_sft_data(tokenizer, self.seq_len, seed=self.seed, kind=self.lengths)
 
     def trainer(self, peer: str, model, data: SftData, counter, output_dir: str) -> TrainerPeer:
         if peer == "turbo-masks":
@@ -133,7 +138,8 @@ class Sft(TrainerWorkload):
         shape = f"{self.shape} ({config.model_type})" if self.shape != "small" else "Qwen2-shaped"
         sizes = f"h{config.hidden_size} L{config.num_hidden_layers} vocab {config.vocab_size:,}"
         longest = LONGEST if self.lengths == "long" else self.seq_len
-        kind = "long-tailed lengths, every token labelled," if self.lengths == "long" else "variable lengths"
+        kinds = {"long": "long-tailed lengths, every token labelled,", "code": "code-to-docstring rows,"}
+        kind = kinds.get(self.lengths, "variable lengths")
         lengths = f"{kind} <= {longest} batch {self.batch_size}"
         return f"SFT {shape}, {mode}, {'untied' if self.untied else 'tied'}, {sizes} {lengths}{self.run_suffix()}"
 

@@ -14,7 +14,6 @@ backward and AdamW step (the draws are made before it). The throughput counts ex
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 
 from turbotrain.backends import valid_choices
 from turbotrain.bench.counting import BatchCounter
+from turbotrain.bench.initial_model import fresh_copy
 from turbotrain.bench.workload import PeerRecord, Schedule, register_workload
 from turbotrain.compiled_step import backend_of, compile
 
@@ -111,7 +111,7 @@ class UNet(Schedule, UNetShape):
         return None  # each step draws its own batch (diffusion_batch)
 
     def trainer(self, peer: str, model, data, counter: BatchCounter, output_dir: str) -> UNetLoop:
-        return UNetLoop(self, compile(copy.deepcopy(model), backend=peer), counter)
+        return UNetLoop(self, compile(fresh_copy(model), backend=peer), counter)
 
     def title(self) -> str:
         size = self.sample_size

@@ -1,0 +1,49 @@
+"""The initial model every peer starts from, kept on disk instead of in the benchmark's memory.
+
+Each peer trains its own copy of the same initial weights. Keeping that initial model resident beside the
+peer's copy would add its whole size to every peer's peak memory (a Llama-3.2-1B shape: 4.9 GB of fp32
+weights): the same for every peer, so ratios between peers would shrink toward 1 and no peak would be what a
+user's own process, holding one model, sees. `SpilledModel` pickles the model once into a scratch file
+(`torch.save`) and loads a fresh copy for each segment (`copy()`), which the page cache makes a memory
+copy, not a disk read. A model that cannot be pickled stays in memory (`copy.deepcopy`), and `spilled`
+says so; the report's memory figures then include it.
+"""
+
+from __future__ import annotations
+
+import copy
+import pickle
+import tempfile
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+class SpilledModel:
+    def __init__(self, model: nn.Module, directory: str | None = None):
+        self._scratch = tempfile.TemporaryDirectory(prefix="turbotrain-initial-", dir=directory)
+        self.path = Path(self._scratch.name) / "model.pt"
+        try:
+            torch.save(model, self.path)
+            self._resident = None
+        except (pickle.PicklingError, TypeError, AttributeError):
+            self._resident = model
+
+    @property
+    def spilled(self) -> bool:
+        return self._resident is None
+
+    def copy(self) -> nn.Module:
+        """A fresh copy of the initial model, sharing no tensor with any other copy."""
+        if self._resident is not None:
+            return copy.deepcopy(self._resident)
+        return torch.load(self.path, weights_only=False)
+
+    def close(self) -> None:
+        self._scratch.cleanup()
+
+
+def fresh_copy(model: nn.Module | SpilledModel) -> nn.Module:
+    """A peer's own copy of the initial model: `model` itself (deep-copied) or the runner's `SpilledModel`."""
+    return model.copy() if isinstance(model, SpilledModel) else copy.deepcopy(model)
