@@ -157,3 +157,21 @@ def test_the_scan_would_catch_private_uses(tmp_path):
         "5: torch._inductor.config.fallback_random",
         "7: '_cache_size'",
     ]
+
+
+def test_at_backward_end_runs_once_the_backward_has_finished():
+    seen = []
+    weight = torch.ones(3, requires_grad=True)
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            torch_boundary.at_backward_end(lambda: seen.append(weight.grad.clone()))
+            return grad * 2
+
+    Probe.apply(weight).sum().backward()
+    assert len(seen) == 1 and seen[0].tolist() == [2.0, 2.0, 2.0]  # the gradient was already accumulated

@@ -15,6 +15,8 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `TorchDispatchMode`, `OpOverloadPacket`: the classes behind `__torch_dispatch__` modes and `torch.ops.*.*`.
 * `op_arguments(op)`: an ATen overload's schema arguments (name, default_value).
 * `fused_optimizer_devices()`: the device types with a fused (single-kernel) AdamW in this torch build.
+* `at_backward_end(callback)`: run `callback` once the running backward pass has finished (the autograd
+  engine's callback queue, as DDP uses it); call it from inside a backward.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ __all__ = [
     "OpOverloadPacket",
     "TorchDispatchMode",
     "aot_autograd",
+    "at_backward_end",
     "core_aten_decompositions",
     "fused_optimizer_devices",
     "inductor_compile",
@@ -101,3 +104,8 @@ def tree_map_only(kind, function, tree):
     from torch.utils import _pytree
 
     return _pytree.tree_map_only(kind, function, tree)
+
+
+def at_backward_end(callback) -> None:
+    """Queue `callback` to run when the current backward pass ends (`Variable._execution_engine.queue_callback`)."""
+    torch.autograd.Variable._execution_engine.queue_callback(callback)

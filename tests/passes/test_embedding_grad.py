@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import pickle
 
 import pytest
 import torch
@@ -10,7 +11,7 @@ import transformers
 from packaging import version
 from torch import nn
 
-from tests.tiny_models import FAMILIES, batch, make
+from tests.tiny_models import FAMILIES, VOCAB, batch, make
 from turbotrain.passes import embedding_grad
 from turbotrain.passes.embedding_grad import apply_embedding_grad, refusal, without_padding
 
@@ -108,3 +109,103 @@ def test_the_sync_free_padding_rows_give_the_same_dense_gradient(padding_idx):
         dense.append(torch.zeros(5, 4) + sparse)
     torch.testing.assert_close(dense[1], dense[0], rtol=0, atol=0)
     assert dense[1][padding_idx].abs().sum() == 0
+
+
+def scaled_lm(family: str):
+    """A model whose input embedding is an nn.Embedding subclass scaling the looked-up rows (Gemma-3's
+    `Gemma3TextScaledWordEmbedding`, tied to the head; BART's, shared by encoder, decoder and head)."""
+    sizes = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, intermediate_size=64)
+    torch.manual_seed(0)
+    if family == "gemma3":
+        config = transformers.Gemma3TextConfig(
+            **sizes, num_hidden_layers=2, num_key_value_heads=2, head_dim=8, sliding_window=4, pad_token_id=0
+        )
+        model = transformers.Gemma3ForCausalLM(config)
+    else:
+        config = transformers.BartConfig(
+            vocab_size=VOCAB, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+            decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, dropout=0.0, scale_embedding=True,
+            pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        )  # fmt: skip
+        model = transformers.BartForConditionalGeneration(config)
+    embedding = model.get_input_embeddings()
+    assert type(embedding) is not nn.Embedding and isinstance(embedding, nn.Embedding)
+    return model
+
+
+@pytest.mark.parametrize("family", ["gemma3", "bart"])
+def test_a_scaled_embedding_subclass_gets_the_buffer_and_keeps_its_scale(family):
+    stock = scaled_lm(family)
+    fast = copy.deepcopy(stock)
+    installed = apply_embedding_grad(fast)
+    assert installed is not None and installed.reached
+    embedding = fast.get_input_embeddings()
+    assert isinstance(embedding, type(stock.get_input_embeddings()))  # still the model's own class
+    ids = torch.tensor([[3, 5, 7]])
+    torch.testing.assert_close(embedding(ids), stock.get_input_embeddings()(ids), rtol=0, atol=0)
+    for expected, got in zip(grads_over_steps(stock), grads_over_steps(fast)):
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+    installed.remove()
+    assert type(embedding) is type(stock.get_input_embeddings())
+
+
+def test_a_routed_embedding_deep_copies_routed_and_pickles_as_stock():
+    model = scaled_lm("gemma3")
+    apply_embedding_grad(model)
+    embedding = model.get_input_embeddings()
+    stock_class = type(embedding).__mro__[1]
+    assert type(copy.deepcopy(embedding)) is type(embedding)
+    restored = pickle.loads(pickle.dumps(embedding))
+    assert type(restored) is stock_class and "_turbotrain_embedding_grad" not in restored.__dict__
+    ids = torch.tensor([[1, 2]])
+    torch.testing.assert_close(restored(ids), embedding(ids), rtol=0, atol=0)
+
+
+def test_a_subclass_that_bypasses_the_stock_lookup_is_left_stock():
+    class OwnLookup(nn.Embedding):
+        def forward(self, input_ids):
+            return self.weight[input_ids] * 2
+
+    embedding = OwnLookup(10, 4)
+    holder = type("Holder", (), {"get_input_embeddings": lambda self: embedding})()
+    assert apply_embedding_grad(holder) is None
+    assert type(embedding) is OwnLookup and "_turbotrain_embedding_grad" not in embedding.__dict__
+
+
+def test_tied_rows_are_added_in_place_into_the_heads_gradient():
+    stock = make("roberta", dropout=False)
+    fast = copy.deepcopy(stock)
+    installed = apply_embedding_grad(fast)
+    assert installed.tied
+    for model in (stock, fast):
+        model(**batch(2, 9, keep=0.5)).loss.backward()
+    weight = fast.get_input_embeddings().weight
+    assert not installed._kept  # the weight's accumulation took the rows
+    torch.testing.assert_close(weight.grad, stock.get_input_embeddings().weight.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_tied_rows_reach_the_gradient_when_the_head_gives_none():
+    # a loss on the embedded rows alone: the weight's accumulation sees no head gradient, the end of the
+    # backward adds the rows
+    stock = make("roberta", dropout=False)
+    fast = copy.deepcopy(stock)
+    apply_embedding_grad(fast)
+    ids = torch.tensor([[4, 7, 7, 9]])
+    for model in (stock, fast):
+        (model.get_input_embeddings()(ids) ** 2).sum().backward()
+    expected, got = stock.get_input_embeddings().weight.grad, fast.get_input_embeddings().weight.grad
+    assert got is not None and not got.is_sparse
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-6)
+
+
+def test_a_deep_copied_tied_model_hooks_its_own_weight():
+    stock = make("roberta", dropout=False)
+    installed = apply_embedding_grad(stock)
+    stock(**batch(2, 5, keep=1.0)).loss.backward()
+    copied = copy.deepcopy(stock)
+    copied.zero_grad(set_to_none=True)
+    copied(**batch(2, 5, keep=1.0, seed=3)).loss.backward()
+    mine = copied.get_input_embeddings()._turbotrain_embedding_grad
+    assert mine is not installed and mine._hook is not None and mine._hook is not installed._hook
+    assert copied.get_input_embeddings().weight.grad is not None

@@ -10,12 +10,24 @@ dense `.grad`, so gradient hooks (DDP's among them) still fire and the optimizer
 gradient. Where that dense gradient comes from depends on tying:
 * untied (Llama, classification models): the pass keeps a persistent buffer and attaches it, zeroed
   (its pages are already resident, ~4 ms), as `weight.grad` when the weight has none;
-* tied (a masked-LM decoder sharing the matrix): the decoder's dense weight gradient is already a
-  vocabulary-sized tensor, and autograd adds the sparse rows into it in place; no buffer is attached,
-  which would cost a zeroing and an extra add over the whole matrix.
+* tied (a masked-LM decoder or an LM head sharing the matrix): the head's dense weight gradient is already
+  a vocabulary-sized tensor. Handed a sparse gradient beside it, autograd would sum the two out of place
+  (a fresh [V, H] copy: measured ~1 s a step at Gemma-3's 262,144 x 640 on a 2-core CPU). So the rows are
+  kept aside instead (the weight gets no gradient from this backward) and added in place, `index_add_`,
+  into `weight.grad` by a post-accumulate-grad hook on the weight, which runs inside autograd's
+  accumulation, before any hook a wrapper put on it (DDP's reducer reads the finished gradient); a
+  zero gradient is made first where the head gave none (a loss that skips the head). A callback at the
+  end of the backward adds any rows the accumulation did not take. Tensor hooks on the weight itself see
+  the head's part only.
 
 Exact: the same sums as stock (rows of the padding index get no gradient, as stock), up to the float
 order of duplicate-id accumulation (~1e-7 relative).
+Subclasses of `nn.Embedding` whose forward calls `super().forward` (the scaled word embeddings of Gemma,
+BART, M2M-100 and ~70 more, which multiply the looked-up rows by a constant) get the buffered lookup in
+that `super()` call: the instance's class becomes a subclass of its own class that puts the buffered forward
+between it and `nn.Embedding`, so the model's own forward (and its scale) runs unchanged around it. A
+probe lookup at install checks that the call arrives; a subclass that computes its rows another way is left
+stock, and the pass says so.
 Caveat: the buffer is reused, so a reference to a previous step's `weight.grad` kept past
 `zero_grad()` sees it zeroed and refilled. Under `torch.compile` the stock embedding is traced.
 Refused (stock embedding kept): `max_norm`, `scale_grad_by_freq` or `sparse=True` embeddings.
@@ -30,13 +42,14 @@ would be a host sync in every backward): the same sums, since the padding row's 
 
 from __future__ import annotations
 
+import copy
 import types
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turbotrain import modeling
+from turbotrain import modeling, torch_boundary
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -56,7 +69,10 @@ class _BufferedEmbedding(torch.autograd.Function):
         values = grad_output.reshape(rows.numel(), -1)
         if installed.padding_idx is not None:
             rows, values = without_padding(rows, values, installed.padding_idx, sync_free=rows.device.type != "cpu")
-        if weight.grad is None and not installed.tied:
+        if installed.tied:
+            installed.keep_rows(rows, values.to(weight.dtype))
+            return None, None, None
+        if weight.grad is None:
             weight.grad = installed.zeroed_buffer(weight)
         # ids were range-checked by F.embedding in forward, so the invariant check would only cost time
         sparse = torch.sparse_coo_tensor(
@@ -81,8 +97,15 @@ class BufferedEmbeddingGrad:
         self.embedding, self.tied, self.on_accelerators = embedding, tied, on_accelerators
         self.padding_idx = embedding.padding_idx
         self._buffer: torch.Tensor | None = None
-        embedding.forward = types.MethodType(_forward, embedding)
+        self.reached = False  # set by the buffered forward: did the embedding's own forward call it
+        self._stock_class = type(embedding)
+        self._kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # tied: rows waiting for the accumulation
+        self._hook = None  # tied: registered at the first forward that takes a gradient (a frozen weight takes none)
         embedding._turbotrain_embedding_grad = self
+        if self._stock_class is nn.Embedding:
+            embedding.forward = types.MethodType(_forward, embedding)
+        else:
+            embedding.__class__ = _routed_class(self._stock_class)
 
     def zeroed_buffer(self, weight: torch.Tensor) -> torch.Tensor:
         buffer = self._buffer
@@ -97,18 +120,102 @@ class BufferedEmbeddingGrad:
             buffer.zero_()
         return buffer
 
+    def __deepcopy__(self, memo: dict):
+        """A copied model's embedding (a new weight) gets its own hook at its first forward, no kept rows."""
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        state = {name: value for name, value in self.__dict__.items() if name not in ("_hook", "_kept")}
+        copied.__dict__.update(copy.deepcopy(state, memo), _hook=None, _kept=[])
+        return copied
+
+    def hook_weight(self, weight: torch.Tensor) -> None:
+        """Tied: the post-accumulate-grad hook that adds the kept rows, once per weight."""
+        if self._hook is None:
+            self._hook = weight.register_post_accumulate_grad_hook(self._add_kept_rows)
+
+    def keep_rows(self, rows: torch.Tensor, values: torch.Tensor) -> None:
+        """Tied: hold this backward's rows for the weight's accumulation (or the end of the backward)."""
+        if not self._kept:
+            torch_boundary.at_backward_end(self._add_leftover_rows)
+        self._kept.append((rows, values))
+
+    def _add_kept_rows(self, weight: torch.Tensor) -> None:
+        if self._kept and weight.grad is None:  # the head gave no gradient this backward
+            weight.grad = torch.zeros_like(weight)
+        for rows, values in self._kept:
+            weight.grad.index_add_(0, rows, values)
+        self._kept.clear()
+
+    def _add_leftover_rows(self) -> None:
+        """End of the backward: rows the weight's accumulation did not take (the head gave no gradient)."""
+        if self._kept:
+            self._add_kept_rows(self.embedding.weight)
+
+    def probe(self) -> bool:
+        """Whether a lookup through the embedding's own forward reaches the buffered one (no gradient taken)."""
+        self.reached = False
+        try:
+            with torch.no_grad():
+                self.embedding(torch.zeros((1, 1), dtype=torch.long, device=self.embedding.weight.device))
+        except Exception:  # noqa: BLE001 - a forward that needs more than ids: not a plain lookup, left stock
+            return False
+        return self.reached
+
     def remove(self) -> None:
         self.embedding.__dict__.pop("forward", None)
         self.embedding.__dict__.pop("_turbotrain_embedding_grad", None)
+        self.embedding.__class__ = self._stock_class
         self._buffer = None
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+
+class _BufferedLookup(nn.Embedding):
+    """Sits between a subclass and `nn.Embedding` in a routed class: its `super().forward` lands here.
+
+    A deep copy keeps the routing (as the plain embedding's bound forward does); a pickled one
+    (`torch.save(model)`) comes back as the stock class, which every process can import."""
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return _forward(self, input_ids)
+
+    def __deepcopy__(self, memo: dict):
+        copied = object.__new__(type(self))
+        memo[id(self)] = copied
+        copied.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return copied
+
+    def __reduce_ex__(self, protocol):
+        state = {name: value for name, value in self.__dict__.items() if name != "_turbotrain_embedding_grad"}
+        return _unpickled_stock, (type(self).__mro__[1],), state
+
+
+def _unpickled_stock(stock: type) -> nn.Module:
+    return object.__new__(stock)
+
+
+_ROUTED: dict[type, type] = {}
+
+
+def _routed_class(stock: type) -> type:
+    """`stock` with the buffered lookup under it (one class per stock class, same name and module)."""
+    if stock not in _ROUTED:
+        _ROUTED[stock] = type(stock.__name__, (stock, _BufferedLookup), {"__module__": stock.__module__})
+    return _ROUTED[stock]
 
 
 def _forward(self: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
     installed = self._turbotrain_embedding_grad
-    if torch.compiler.is_compiling() or not (torch.is_grad_enabled() and self.weight.requires_grad):
+    if torch.compiler.is_compiling():
+        return F.embedding(input_ids, self.weight, self.padding_idx)
+    installed.reached = True
+    if not (torch.is_grad_enabled() and self.weight.requires_grad):
         return F.embedding(input_ids, self.weight, self.padding_idx)
     if self.weight.device.type != "cpu" and not installed.on_accelerators:  # moved there after the install
         return F.embedding(input_ids, self.weight, self.padding_idx)
+    if installed.tied:
+        installed.hook_weight(self.weight)
     return _BufferedEmbedding.apply(input_ids, self.weight, installed)
 
 
@@ -129,7 +236,7 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
 
     A model whose embedding is not on the CPU is left stock (one log line) unless `on_accelerators`."""
     embedding = modeling.input_embedding(model)
-    if type(embedding) is not nn.Embedding:
+    if not isinstance(embedding, nn.Embedding):
         return None  # nothing to speed up (no table, or a custom embedding module): silently stock
     if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
         warn_once(
@@ -144,7 +251,15 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
     projection = modeling.output_projection(model)
     output = modeling.output_linear(projection) or projection
     tied = output is not None and getattr(output, "weight", None) is embedding.weight
-    return BufferedEmbeddingGrad(embedding, tied=tied, on_accelerators=on_accelerators)
+    installed = BufferedEmbeddingGrad(embedding, tied=tied, on_accelerators=on_accelerators)
+    if not installed.probe():
+        installed.remove()
+        log_once(
+            f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its "
+            f"{type(embedding).__name__}.forward does not look rows up through nn.Embedding.forward."
+        )
+        return None
+    return installed
 
 
 def trainer_refusal(trainer) -> str | None:
