@@ -17,6 +17,9 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `fused_optimizer_devices()`: the device types with a fused (single-kernel) AdamW in this torch build.
 * `at_backward_end(callback)`: run `callback` once the running backward pass has finished (the autograd
   engine's callback queue, as DDP uses it); call it from inside a backward.
+* `backward_task_id()`: an id of the running backward pass (the engine's graph task).
+* `will_accumulate(accumulator)`: whether the running backward executes a leaf's gradient accumulator (a
+  `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
 """
 
 from __future__ import annotations
@@ -31,12 +34,14 @@ __all__ = [
     "TorchDispatchMode",
     "aot_autograd",
     "at_backward_end",
+    "backward_task_id",
     "core_aten_decompositions",
     "fused_optimizer_devices",
     "inductor_compile",
     "no_duck_shapes",
     "op_arguments",
     "uncompile",
+    "will_accumulate",
 ]
 
 
@@ -109,3 +114,17 @@ def tree_map_only(kind, function, tree):
 def at_backward_end(callback) -> None:
     """Queue `callback` to run when the current backward pass ends (`Variable._execution_engine.queue_callback`)."""
     torch.autograd.Variable._execution_engine.queue_callback(callback)
+
+
+def backward_task_id() -> int:
+    """The running backward pass's graph task id (`torch._C._current_graph_task_id`; -1 outside one)."""
+    return torch._C._current_graph_task_id()
+
+
+def will_accumulate(accumulator) -> bool:
+    """Whether the running backward executes `accumulator`, a leaf's AccumulateGrad node
+    (`torch._C._will_engine_execute_node`, which refuses leaves under `torch.autograd.grad`: never executed there)."""
+    try:
+        return bool(torch._C._will_engine_execute_node(accumulator))
+    except RuntimeError:
+        return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from tests.bench.tiny import tiny_workload
 from turbotrain.bench.counting import BatchCounter, count_batch
@@ -152,3 +153,25 @@ def test_the_pairing_stays_within_each_round_when_a_round_is_shorter():
     stock = runs([1.0, 1.0], [8.0, 8.0, 8.0])
     turbo = runs([0.5], [4.0, 4.0, 4.0])  # round 1 ended early: its one step pairs with round 1's first
     assert paired_speedup(turbo, stock, warmup=1) == 2.0  # flattened, 0.5 s would have met 1.0 and 4.0 met 1.0
+
+
+def test_work_ratio_pairs_each_steps_executed_flops_with_the_reference():
+    from turbotrain.bench.runner import PeerRuns, Segment, paired_work_ratio
+    from turbotrain.measure.flops import ModelFlops, batch_work, step_flops
+
+    model = ModelFlops(body_params=1_000_000, head_params=500_000, layers=2, hidden=64)
+    ids = torch.ones(2, 8, dtype=torch.long)
+    mask = torch.tensor([[1] * 8, [1] * 3 + [0] * 5])  # 5 of 16 positions padding
+    labels = torch.full((2, 8), -100)
+    labels[:, 6:] = 1
+    batch = {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    flags = [(p, s) for p in (False, True) for s in (False, True)]
+    count = count_batch(batch, {f: batch_work(batch, packed=f[0], sparse_head=f[1], causal=True) for f in flags})
+
+    def runs(executed):
+        return PeerRuns("p", [Segment([1.0, 1.0], [0.0, 0.0], [count, count], executed)])
+
+    expected = step_flops(model, count.work[(False, False)]) / step_flops(model, count.work[(True, True)])
+    assert expected > 1
+    assert paired_work_ratio(runs((True, True)), runs((False, False)), warmup=1, model=model) == expected
+    assert paired_work_ratio(runs((False, False)), runs((False, False)), warmup=1, model=model) == 1.0

@@ -33,6 +33,21 @@ def test_step_flops_is_the_stated_formula():
     work = StepWork(body_tokens=10, head_rows=3, attention_square=50)
     assert step_flops(sizes, work) == 6 * 1000 * 10 + 6 * 200 * 3 + 12 * 2 * 8 * 50
     assert mfu(100.0, 2.0, 200.0) == (50.0, 0.25)
+    frozen = ModelFlops(
+        body_params=1000, head_params=200, layers=2, hidden=8, frozen_body_params=900, frozen_head_params=200
+    )
+    # frozen weights: forward and the input's gradient only (4 FLOPs per weight and token, not 6)
+    assert step_flops(frozen, work) == (6 * 100 + 4 * 900) * 10 + 4 * 200 * 3 + 12 * 2 * 8 * 50
+
+
+def test_a_lora_models_frozen_base_and_head_are_counted_apart():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(make("llama"), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
+    sizes = ModelFlops.of(model)
+    adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert sizes.frozen_head_params == sizes.head_params == VOCAB * 32
+    assert sizes.body_params - sizes.frozen_body_params == adapters
 
 
 def test_matmul_peak_is_positive_and_named():

@@ -5,14 +5,14 @@ peer's copy would add its whole size to every peer's peak memory (a Llama-3.2-1B
 weights): the same for every peer, so ratios between peers would shrink toward 1 and no peak would be what a
 user's own process, holding one model, sees. `SpilledModel` pickles the model once into a scratch file
 (`torch.save`) and loads a fresh copy for each segment (`copy()`), which the page cache makes a memory
-copy, not a disk read. A model that cannot be pickled stays in memory (`copy.deepcopy`), and `spilled`
-says so; the report's memory figures then include it.
+copy, not a disk read. A model that cannot be pickled (or finds no room in the scratch directory, the
+system's temporary one unless given) stays in memory (`copy.deepcopy`), and `spilled` says so; the
+report's memory figures then include it.
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
 import tempfile
 from pathlib import Path
 
@@ -27,7 +27,8 @@ class SpilledModel:
         try:
             torch.save(model, self.path)
             self._resident = None
-        except (pickle.PicklingError, TypeError, AttributeError):
+        except Exception:  # noqa: BLE001 - unpicklable, or no room on disk: keep it in memory, and say so
+            self.path.unlink(missing_ok=True)
             self._resident = model
 
     @property

@@ -30,6 +30,7 @@ def columns(result: dict) -> list[tuple[str, str]]:
         ("backend", "backend"),
         (f"{unit}/s", UNIT_KEYS[unit]),
         (f"x {result.get('reference', 'stock')}", "ratio"),
+        ("work x", "work_ratio"),
         ("median step s", "median_step_s"),
         ("GFLOP/s", "gflops_per_s"),
         ("MFU", "mfu"),
@@ -68,7 +69,7 @@ def _cell(key: str, value) -> str:
         return f"{value:.1%}"
     if key == "gflops_per_s":
         return f"{value:.1f}"
-    if key == "ratio":
+    if key in {"ratio", "work_ratio"}:
         return f"{value:.2f}x"
     if key in {"median_step_s", "first_step_s"}:
         return f"{value:.3f}"

@@ -9,6 +9,9 @@
 * ratio: the median over the measured steps of the reference peer's step time over this peer's on the
   same step (same round, same batch): paired, so batches of very different sizes (natural-length rows)
   do not decide it, as a median of per-step throughputs would;
+* work ratio, where the workload counts work: the same paired median of the reference's executed FLOPs over
+  this peer's (measure/flops.py): the speed-up the work a peer removes explains alone, at equal efficiency
+  (a ratio above it means the peer also runs its work faster, below it slower);
 * `step_s`: every measured step's seconds, round by round (in the JSON);
 * median step seconds, and the first step of round 1 apart (compilation and export land there);
 * peak memory: the largest segment peak over the rounds (measure/memory.py), with that segment's growth
@@ -160,6 +163,18 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
     return row
 
 
+def paired_work_ratio(runs: PeerRuns, reference: PeerRuns, warmup: int, model: ModelFlops) -> float | None:
+    """Median over the measured steps of the reference's executed FLOPs over this peer's on the same batch: the
+    speed-up that the work a peer removes explains alone, at the reference's efficiency (None: no work counted)."""
+    ratios = [
+        step_flops(model, ref.work[theirs.executed]) / step_flops(model, mine.work[own.executed])
+        for own, theirs in zip(runs.segments, reference.segments)
+        for ref, mine in zip(theirs.counts[warmup:], own.counts[warmup:])
+        if ref.work and mine.work
+    ]
+    return statistics.median(ratios) if ratios else None
+
+
 def paired_speedup(runs: PeerRuns, reference: PeerRuns, warmup: int) -> float:
     """Median over the measured steps of reference seconds / this peer's seconds on the same step (same round,
     same step index: the same batch); rounds of unequal length pair only their common steps."""
@@ -178,6 +193,8 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
         for name, row in rows.items():
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(runs[name], reference)
             row["ratio"] = paired_speedup(runs[name], reference, workload.warmup)
+            if model is not None:
+                row["work_ratio"] = paired_work_ratio(runs[name], reference, workload.warmup, model)
     result = {
         "task": workload.task,
         "title": workload.title(),

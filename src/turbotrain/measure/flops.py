@@ -5,11 +5,14 @@ The formula (per optimizer step, forward + backward; the backward is counted as 
     FLOPs = 6 · N_body · T_body            dense parts: every matmul weight outside the embeddings and the head
           + 6 · N_head · R_head            the output head (vocabulary projection) on the rows it runs on
           + 12 · L · h · S_attn            attention scores and values (QKᵀ and A·V, 2·h·T² each, forward)
+          − 2 · (F_body · T_body + F_head · R_head)   frozen weights (LoRA's base): no weight gradient
 
 * N_body: parameters of the model outside every `nn.Embedding` (token, position, type tables: lookups, no
   matmul) and outside the output embedding (`get_output_embeddings()`, tied or not). Norms and biases
   are included (a <1% overcount, as in nanoGPT's 6·N).
 * N_head: the output embedding's weight and bias (h · V for a vocabulary head).
+* F_body, F_head: the frozen part of each (parameters that need no gradient): their backward computes the
+  input's gradient only (2 FLOPs per weight and token, not 4), so a LoRA step counts 4 · N, not 6 · N.
 * T_body: tokens the body runs on: the padded batch (B·T), or only the real tokens with padding-free
   packing (packing's own leftover padding, ~11% of a packed row, is not counted).
 * R_head: rows the head runs on: every body token in a stock model (Transformers computes logits on
@@ -41,17 +44,26 @@ class ModelFlops:
     head_params: int
     layers: int
     hidden: int
+    frozen_body_params: int = 0
+    frozen_head_params: int = 0
 
     @classmethod
     def of(cls, model: nn.Module) -> ModelFlops:
         inner = unwrap(model)
         head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
         skipped = {id(p) for m in inner.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-        head_ids = {id(p) for p in head.parameters()} if head is not None else set()
-        body = sum(p.numel() for p in inner.parameters() if id(p) not in skipped | head_ids)
-        head_params = sum(p.numel() for p in head.parameters()) if head is not None else 0
+        head_parameters = list(head.parameters()) if head is not None else []
+        head_ids = {id(p) for p in head_parameters}
+        body = [p for p in inner.parameters() if id(p) not in skipped | head_ids]
         config = inner.config
-        return cls(body, head_params, int(config.num_hidden_layers), int(config.hidden_size))
+        return cls(
+            body_params=sum(p.numel() for p in body),
+            head_params=sum(p.numel() for p in head_parameters),
+            layers=int(config.num_hidden_layers),
+            hidden=int(config.hidden_size),
+            frozen_body_params=sum(p.numel() for p in body if not p.requires_grad),
+            frozen_head_params=sum(p.numel() for p in head_parameters if not p.requires_grad),
+        )
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,8 @@ def batch_work(batch: dict, *, packed: bool, sparse_head: bool, causal: bool) ->
 def step_flops(model: ModelFlops, work: StepWork) -> float:
     """FLOPs of forward + backward for `work` (the formula of the module docstring)."""
     return (
-        6.0 * model.body_params * work.body_tokens
-        + 6.0 * model.head_params * work.head_rows
+        (6.0 * model.body_params - 2.0 * model.frozen_body_params) * work.body_tokens
+        + (6.0 * model.head_params - 2.0 * model.frozen_head_params) * work.head_rows
         + 12.0 * model.layers * model.hidden * work.attention_square
     )
 

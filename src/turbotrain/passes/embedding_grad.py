@@ -11,23 +11,20 @@ gradient. Where that dense gradient comes from depends on tying:
 * untied (Llama, classification models): the pass keeps a persistent buffer and attaches it, zeroed
   (its pages are already resident, ~4 ms), as `weight.grad` when the weight has none;
 * tied (a masked-LM decoder or an LM head sharing the matrix): the head's dense weight gradient is already
-  a vocabulary-sized tensor. Handed a sparse gradient beside it, autograd would sum the two out of place
-  (a fresh [V, H] copy: measured ~1 s a step at Gemma-3's 262,144 x 640 on a 2-core CPU). So the rows are
-  kept aside instead (the weight gets no gradient from this backward) and added in place, `index_add_`,
-  into `weight.grad` by a post-accumulate-grad hook on the weight, which runs inside autograd's
-  accumulation, before any hook a wrapper put on it (DDP's reducer reads the finished gradient); a
-  zero gradient is made first where the head gave none (a loss that skips the head). A callback at the
-  end of the backward adds any rows the accumulation did not take. Tensor hooks on the weight itself see
-  the head's part only.
+  a vocabulary-sized tensor; the rows are added into it in place (passes/tied_rows.py: autograd would sum a
+  sparse gradient and the head's out of place, a fresh [V, H] copy every step); where that cannot run
+  (`torch.autograd.grad`, a weight substituted by `functional_call`) they are returned sparse as above.
 
 Exact: the same sums as stock (rows of the padding index get no gradient, as stock), up to the float
 order of duplicate-id accumulation (~1e-7 relative).
 Subclasses of `nn.Embedding` whose forward calls `super().forward` (the scaled word embeddings of Gemma,
-BART, M2M-100 and ~70 more, which multiply the looked-up rows by a constant) get the buffered lookup in
+M2M-100 and ~70 more, which multiply the looked-up rows by a constant) get the buffered lookup in
 that `super()` call: the instance's class becomes a subclass of its own class that puts the buffered forward
 between it and `nn.Embedding`, so the model's own forward (and its scale) runs unchanged around it. A
 probe lookup at install checks that the call arrives; a subclass that computes its rows another way is left
-stock, and the pass says so.
+stock, and the pass says so. Only the module `get_input_embeddings()` returns is installed: a model whose
+forward looks rows up through other modules sharing its weight (BART's encoder and decoder `embed_tokens`
+beside `shared`) runs them stock.
 Caveat: the buffer is reused, so a reference to a previous step's `weight.grad` kept past
 `zero_grad()` sees it zeroed and refilled. Under `torch.compile` the stock embedding is traced.
 Refused (stock embedding kept): `max_norm`, `scale_grad_by_freq` or `sparse=True` embeddings.
@@ -49,8 +46,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from turbotrain import modeling, torch_boundary
+from turbotrain import modeling
 from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.tied_rows import TiedRows
 from turbotrain.utils.warnings import log_once, warn_once
 
 
@@ -69,10 +67,10 @@ class _BufferedEmbedding(torch.autograd.Function):
         values = grad_output.reshape(rows.numel(), -1)
         if installed.padding_idx is not None:
             rows, values = without_padding(rows, values, installed.padding_idx, sync_free=rows.device.type != "cpu")
-        if installed.tied:
-            installed.keep_rows(rows, values.to(weight.dtype))
+        if installed.tied and installed.tied_rows.accepts(weight):
+            installed.tied_rows.keep(rows, values.to(weight.dtype))
             return None, None, None
-        if weight.grad is None:
+        if weight.grad is None and not installed.tied:
             weight.grad = installed.zeroed_buffer(weight)
         # ids were range-checked by F.embedding in forward, so the invariant check would only cost time
         sparse = torch.sparse_coo_tensor(
@@ -99,8 +97,9 @@ class BufferedEmbeddingGrad:
         self._buffer: torch.Tensor | None = None
         self.reached = False  # set by the buffered forward: did the embedding's own forward call it
         self._stock_class = type(embedding)
-        self._kept: list[tuple[torch.Tensor, torch.Tensor]] = []  # tied: rows waiting for the accumulation
-        self._hook = None  # tied: registered at the first forward that takes a gradient (a frozen weight takes none)
+        self.tied_rows = TiedRows()
+        if tied:
+            self.tied_rows.watch(embedding.weight)  # now, before hooks registered later (frozen: at a forward)
         embedding._turbotrain_embedding_grad = self
         if self._stock_class is nn.Embedding:
             embedding.forward = types.MethodType(_forward, embedding)
@@ -120,37 +119,6 @@ class BufferedEmbeddingGrad:
             buffer.zero_()
         return buffer
 
-    def __deepcopy__(self, memo: dict):
-        """A copied model's embedding (a new weight) gets its own hook at its first forward, no kept rows."""
-        copied = object.__new__(type(self))
-        memo[id(self)] = copied
-        state = {name: value for name, value in self.__dict__.items() if name not in ("_hook", "_kept")}
-        copied.__dict__.update(copy.deepcopy(state, memo), _hook=None, _kept=[])
-        return copied
-
-    def hook_weight(self, weight: torch.Tensor) -> None:
-        """Tied: the post-accumulate-grad hook that adds the kept rows, once per weight."""
-        if self._hook is None:
-            self._hook = weight.register_post_accumulate_grad_hook(self._add_kept_rows)
-
-    def keep_rows(self, rows: torch.Tensor, values: torch.Tensor) -> None:
-        """Tied: hold this backward's rows for the weight's accumulation (or the end of the backward)."""
-        if not self._kept:
-            torch_boundary.at_backward_end(self._add_leftover_rows)
-        self._kept.append((rows, values))
-
-    def _add_kept_rows(self, weight: torch.Tensor) -> None:
-        if self._kept and weight.grad is None:  # the head gave no gradient this backward
-            weight.grad = torch.zeros_like(weight)
-        for rows, values in self._kept:
-            weight.grad.index_add_(0, rows, values)
-        self._kept.clear()
-
-    def _add_leftover_rows(self) -> None:
-        """End of the backward: rows the weight's accumulation did not take (the head gave no gradient)."""
-        if self._kept:
-            self._add_kept_rows(self.embedding.weight)
-
     def probe(self) -> bool:
         """Whether a lookup through the embedding's own forward reaches the buffered one (no gradient taken)."""
         self.reached = False
@@ -164,11 +132,10 @@ class BufferedEmbeddingGrad:
     def remove(self) -> None:
         self.embedding.__dict__.pop("forward", None)
         self.embedding.__dict__.pop("_turbotrain_embedding_grad", None)
-        self.embedding.__class__ = self._stock_class
+        if type(self.embedding) is _ROUTED.get(self._stock_class):  # not a class swap made since
+            self.embedding.__class__ = self._stock_class
         self._buffer = None
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        self.tied_rows.release()
 
 
 class _BufferedLookup(nn.Embedding):
@@ -177,8 +144,8 @@ class _BufferedLookup(nn.Embedding):
     A deep copy keeps the routing (as the plain embedding's bound forward does); a pickled one
     (`torch.save(model)`) comes back as the stock class, which every process can import."""
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return _forward(self, input_ids)
+    def forward(self, input: torch.Tensor) -> torch.Tensor:  # noqa: A002 - nn.Embedding.forward's own name
+        return _forward(self, input)
 
     def __deepcopy__(self, memo: dict):
         copied = object.__new__(type(self))
@@ -201,7 +168,7 @@ _ROUTED: dict[type, type] = {}
 def _routed_class(stock: type) -> type:
     """`stock` with the buffered lookup under it (one class per stock class, same name and module)."""
     if stock not in _ROUTED:
-        _ROUTED[stock] = type(stock.__name__, (stock, _BufferedLookup), {"__module__": stock.__module__})
+        _ROUTED.setdefault(stock, type(stock.__name__, (stock, _BufferedLookup), {"__module__": stock.__module__}))
     return _ROUTED[stock]
 
 
@@ -214,8 +181,8 @@ def _forward(self: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
         return F.embedding(input_ids, self.weight, self.padding_idx)
     if self.weight.device.type != "cpu" and not installed.on_accelerators:  # moved there after the install
         return F.embedding(input_ids, self.weight, self.padding_idx)
-    if installed.tied:
-        installed.hook_weight(self.weight)
+    if installed.tied and self.weight is installed.embedding.weight:
+        installed.tied_rows.watch(self.weight)
     return _BufferedEmbedding.apply(input_ids, self.weight, installed)
 
 
@@ -238,6 +205,8 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
     embedding = modeling.input_embedding(model)
     if not isinstance(embedding, nn.Embedding):
         return None  # nothing to speed up (no table, or a custom embedding module): silently stock
+    if getattr(embedding, "_turbotrain_embedding_grad", None) is not None:
+        return embedding._turbotrain_embedding_grad  # installed already
     if embedding.max_norm is not None or embedding.scale_grad_by_freq or embedding.sparse:
         warn_once(
             f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: its embedding uses "

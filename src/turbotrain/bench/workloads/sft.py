@@ -66,7 +66,7 @@ class Sft(TrainerWorkload):
     num_layers: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
     num_heads: int | None = field(default=None, metadata={"help": "default: the shape's (small: 4)"})
     vocab_size: int | None = field(default=None, metadata={"help": "default: the shape's (small: 50,265)"})
-    seq_len: int = field(default=128, metadata={"help": "rows are truncated at this many tokens (chat rows)"})
+    seq_len: int = field(default=128, metadata={"help": "rows are cut to this many tokens (chat and code rows)"})
     lengths: str = field(
         default="chat",
         metadata={
