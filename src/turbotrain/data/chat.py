@@ -7,8 +7,9 @@ Each documented function or method whose docstring has at least two lines become
 * `code`: prompt = the function's code without its docstring and a closing question, completion = the
   whole docstring ("document this function"). Long prompts, labelled -100, as in most chat fine-tuning
   sets: prompt median ~95 tokens (90th percentile ~480), completion median ~50; ~25% of tokens labelled.
-Parsed with `ast`, never imported; the rows are in file and line order, so every machine with the same
-Python gets the same rows (~3,800 on CPython 3.11; cached under `~/.cache/turbotrain` like the corpus).
+Parsed with `ast`, never imported; the rows are in file order (within a file, `ast.walk`'s order), so every
+machine with the same Python gets the same rows (~3,800 on CPython 3.11; cached under `~/.cache/turbotrain`
+like the corpus).
 
 `build_sft_data` tokenizes prompt and completion apart and concatenates them (plus `</s>`). A row longer
 than `max_len` loses the end of its prompt first (down to half of `max_len`), then its own end, so long
@@ -80,7 +81,7 @@ def _parse_rows(max_rows: int | None, kind: str) -> list[tuple[str, str]]:
 
 
 def function_rows(max_rows: int | None = None, kind: str = "chat") -> list[tuple[str, str]]:
-    """(prompt, completion) pairs of `kind` (`ROW_KINDS`), in file and line order; the first `max_rows`.
+    """(prompt, completion) pairs of `kind` (`ROW_KINDS`), in a fixed order (module docstring); the first `max_rows`.
 
     Parsing the whole standard library takes ~15 s on 2 cores, so the result is cached per interpreter."""
     if kind not in ROW_KINDS:
