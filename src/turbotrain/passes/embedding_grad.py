@@ -168,7 +168,7 @@ _ROUTED: dict[type, type] = {}
 def _routed_class(stock: type) -> type:
     """`stock` with the buffered lookup under it (one class per stock class, same name and module)."""
     if stock not in _ROUTED:
-        _ROUTED.setdefault(stock, type(stock.__name__, (stock, _BufferedLookup), {"__module__": stock.__module__}))
+        _ROUTED[stock] = type(stock.__name__, (stock, _BufferedLookup), {"__module__": stock.__module__})
     return _ROUTED[stock]
 
 
