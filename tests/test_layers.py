@@ -1,12 +1,29 @@
 """The package's layers, read from its source: every module parsed with `ast`, imports inside functions
 counted too (a lazy import is still a dependency).
 
-* Nothing below the trainer imports what stands above it: the benchmark (`bench/`), the main job
-  (`pretrain/`), the command line (`cli`), the demo data (`data/`: the built-in corpus, chat rows,
-  speech), the pretraining shape (`models`), the TRL facade (`sft`) or the package's lazy front
-  (`turbotrain/__init__`, `__main__`). Below it: `passes/`, `backends/`, `modeling`, `hf_boundary`,
-  `measure/`, `utils/`, `export/`, `ondevice/`, `integrations/`, `trainer`, `args` and the rest.
-* No import circle: no two modules reach each other through imports.
+Folders are layers. A unit is a folder right under `src/turbotrain/` (`passes/`, `backends/`...) or a module
+standing at the top (`trainer.py`, `hf_boundary.py`...); each unit belongs to one layer (`LAYERS`, lowest
+first), and a unit imports only units of its own layer or of the layers below:
+
+0. ground: `utils/` and the boundaries with other libraries' names (`hf_boundary`, `torch_boundary`,
+   `jax_boundary`, `trl_boundary`), the private batch keys (`batch_keys`), and `ondevice/` (the
+   on-device runtime, which imports nothing else of the package so it runs without torch);
+1. modeling: `modeling/` (the one place that understands models) and `measure/` (a model's FLOPs, memory,
+   the machine's peak);
+2. passes: `passes/` and `export/` (the exact rewrites: in PyTorch, and into ONNX training graphs);
+3. backends: `backends/`;
+4. trainer and args: `trainer`, `args`, and the modules only they and those above use (`trl_arguments`,
+   `summary`, `trackers`, `bf16_hint`, `checkpoints`, `token_budget`, `device_step`, `compiled_step`:
+   `compile()`, the trainer's peer for a bare module);
+5. launch and integrations: `launch/`, `sft` (the integration with TRL: its trainer with turbotrain; what
+   turbotrain knows of TRL is `trl_boundary`, in the ground, as the trainer and the passes ask it), and the
+   package's lazy front (`turbotrain/__init__`, whose names are imported on first use, `sft`'s among them);
+6. bench and pretrain: `bench/`, `pretrain/`, `data/` (the demo data they train on);
+7. cli: `cli` and `__main__`.
+
+No circle between units (a folder with its subfolders is one unit: `backends/` registers `backends/xla/`,
+which builds on `backends/base.py`), and no import circle between modules. A unit missing from `LAYERS` fails the test: a new folder or top module
+is placed on purpose.
 
 An import resolves to the most specific module that exists (`from turbotrain.passes import packing`
 is `turbotrain.passes.packing`; `from turbotrain.backends import get_backend` is the package
@@ -21,15 +38,31 @@ from pathlib import Path
 import turbotrain
 
 PACKAGE_DIR = Path(turbotrain.__file__).parent
-ABOVE_THE_TRAINER = (
-    "turbotrain.bench",
-    "turbotrain.pretrain",
-    "turbotrain.cli",
-    "turbotrain.data",
-    "turbotrain.models",
-    "turbotrain.sft",
-    "turbotrain.__main__",
+LAYERS = (
+    ("ground", ("utils", "hf_boundary", "torch_boundary", "jax_boundary", "trl_boundary", "batch_keys", "ondevice")),
+    ("modeling", ("modeling", "measure")),
+    ("passes", ("passes", "export")),
+    ("backends", ("backends",)),
+    (
+        "trainer and args",
+        (
+            "trainer",
+            "args",
+            "trl_arguments",
+            "summary",
+            "trackers",
+            "bf16_hint",
+            "checkpoints",
+            "token_budget",
+            "device_step",
+            "compiled_step",
+        ),
+    ),
+    ("launch and integrations", ("launch", "sft", "__init__")),
+    ("bench and pretrain", ("bench", "pretrain", "data")),
+    ("cli", ("cli", "__main__")),
 )
+LAYER_OF = {unit: level for level, (_, units) in enumerate(LAYERS) for unit in units}
 
 
 def module_sources(root: Path = PACKAGE_DIR, package: str = "turbotrain") -> dict[str, tuple[str, bool]]:
@@ -71,17 +104,31 @@ def import_graph(modules: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     return {name: imported_modules(name, source, is_package, known) for name, (source, is_package) in modules.items()}
 
 
-def is_above(module: str) -> bool:
-    return module == "turbotrain" or any(module == top or module.startswith(top + ".") for top in ABOVE_THE_TRAINER)
+def unit_of(module: str) -> str:
+    """The folder right under the package (`passes`), or the top module (`trainer`; `__init__` for the package)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def unit_graph(graph: dict[str, set[str]], unit) -> dict[str, set[str]]:
+    """The module graph seen from units (`unit(module)`): an arrow wherever a module of one imports one of another."""
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        units.setdefault(unit(module), set()).update(unit(target) for target in targets)
+    return {name: targets - {name} for name, targets in units.items()}
+
+
+def unplaced_units(graph: dict[str, set[str]]) -> list[str]:
+    return sorted({unit_of(module) for module in graph} - set(LAYER_OF))
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a unit of a higher layer, named module by module."""
     return sorted(
-        f"{module} imports {target}"
+        f"{module} ({LAYERS[LAYER_OF[unit_of(module)]][0]}) imports {target} ({LAYERS[LAYER_OF[unit_of(target)]][0]})"
         for module, targets in graph.items()
-        if not is_above(module)
         for target in targets
-        if is_above(target)
+        if LAYER_OF.get(unit_of(target), -1) > LAYER_OF.get(unit_of(module), len(LAYERS))
     )
 
 
@@ -120,30 +167,48 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_nothing_below_the_trainer_imports_the_layers_above_it():
+def test_every_folder_and_top_module_has_its_layer():
     graph = import_graph(module_sources())
     assert {"turbotrain.trainer", "turbotrain.measure.flops", "turbotrain.bench.runner"} <= set(graph)
-    assert layer_violations(graph) == []
+    assert unplaced_units(graph) == []
+
+
+def test_no_unit_imports_a_layer_above_its_own():
+    assert layer_violations(import_graph(module_sources())) == []
+
+
+def test_no_circle_between_folders():
+    assert circles(unit_graph(import_graph(module_sources()), unit_of)) == []
 
 
 def test_the_package_has_no_import_circle():
     assert circles(import_graph(module_sources())) == []
 
 
-def test_a_lazy_import_of_the_benchmark_and_a_circle_are_found(tmp_path):
-    """The checks above would fail: a function-level import below the trainer, and a relative-import circle."""
+def test_a_lazy_import_upward_and_circles_are_found(tmp_path):
+    """The checks above would fail: a function-level import of a higher layer, a module circle, a circle of
+    folders that no module circle shows (a.py -> backends/x.py, backends/y.py -> a.py), and a new folder."""
     files = {
         "__init__.py": "",
         "bench/__init__.py": "",
         "bench/peak.py": "",
+        "backends/__init__.py": "",
+        "backends/x.py": "",
+        "backends/y.py": "from turbotrain.passes import a\n",
         "passes/__init__.py": "",
-        "passes/a.py": "def f():\n    from turbotrain.bench import peak\n\nfrom . import b\n",
+        "passes/a.py": "def f():\n    from turbotrain.bench import peak\n\nfrom . import b\nfrom ..backends import x\n",
         "passes/b.py": "from .a import f\n",
+        "newfolder/__init__.py": "",
     }
     for relative, text in files.items():
         path = tmp_path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     graph = import_graph(module_sources(tmp_path))
-    assert layer_violations(graph) == ["turbotrain.passes.a imports turbotrain.bench.peak"]
+    assert layer_violations(graph) == [
+        "turbotrain.passes.a (passes) imports turbotrain.backends.x (backends)",
+        "turbotrain.passes.a (passes) imports turbotrain.bench.peak (bench and pretrain)",
+    ]
     assert circles(graph) == [["turbotrain.passes.a", "turbotrain.passes.b"]]
+    assert circles(unit_graph(graph, unit_of)) == [["backends", "passes"]]
+    assert unplaced_units(graph) == ["newfolder"]
