@@ -389,28 +389,6 @@ def run_peer(task: str, peer: str, model, examples, device: torch.device, quick:
     }
 
 
-def trainer_losses(model, device: torch.device, steps: int, backend: str | None) -> list[float]:
-    """Per-step losses of `steps` fp32 steps of stock Trainer (backend None) or TurboTrainer on `backend`."""
-    from scripts.gpu_check_parity import padded_batch
-
-    data = []
-    for seed in range(steps * 4):
-        one = padded_batch(model, lengths=(12,), keep=1.0, seed=seed)
-        data.append({"input_ids": one["input_ids"][0].tolist(), "labels": one["labels"][0].tolist()})
-    with tempfile.TemporaryDirectory() as tmp:
-        kw = dict(common_arguments(tmp, Sizes(0, 0, 0, 4, 12, 0, steps), device, False), bf16=False)
-        if backend is None:
-            trainer = Trainer(
-                model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=PadCollator(0)
-            )
-        else:
-            args = TurboTrainingArguments(**kw, backend=backend)
-            trainer = TurboTrainer(model=model, args=args, train_dataset=data, data_collator=PadCollator(0))
-        trainer.remove_callback(PrinterCallback)
-        trainer.train()
-    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-
-
 def loss_difference(losses: list[float], stock: list[float]) -> float | None:
     pairs = [(a, b) for a, b in zip(losses, stock) if math.isfinite(b)]
     if not pairs or len(losses) != len(stock):
