@@ -17,7 +17,7 @@ tasks); `torch_compile` (Trainer(torch_compile=True)); `liger` (use_liger_kernel
 installed and has kernels for the model: Qwen2); `turbotrain` (TurboTrainer, default options).
 Measured per peer: `warmup` untimed steps, then `steps` timed (CUDA synchronised at every step boundary).
 tokens/s: real (unpadded) input tokens per second (asr: target tokens); MFU: the FLOPs the batch needs
-(bench/flops.py with packed=True, sparse_head=True: real tokens through the body, labelled rows through
+(measure/flops.py with packed=True, sparse_head=True: real tokens through the body, labelled rows through
 the head, Σ length² of attention; asr: encoder frames, decoder tokens and cross-attention added) per
 second over the H200's dense bf16 peak, 989.4 TFLOP/s (datasheet; ~790 measured on random data here), the
 same numerator for every peer; peak memory: torch.cuda.max_memory_allocated; loss vs stock: the largest
