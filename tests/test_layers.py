@@ -3,27 +3,13 @@ counted too (a lazy import is still a dependency).
 
 Folders are layers. A unit is a folder right under `src/turbotrain/` (`passes/`, `backends/`...) or a module
 standing at the top (`trainer.py`, `hf_boundary.py`...); each unit belongs to one layer (`LAYERS`, lowest
-first), and a unit imports only units of its own layer or of the layers below:
-
-0. ground: `utils/` and the boundaries with other libraries' names (`hf_boundary`, `torch_boundary`,
-   `jax_boundary`, `trl_boundary`), the private batch keys (`batch_keys`), and `ondevice/` (the
-   on-device runtime, which imports nothing else of the package so it runs without torch);
-1. modeling: `modeling/` (the one place that understands models) and `measure/` (a model's FLOPs, memory,
-   the machine's peak);
-2. passes: `passes/` and `export/` (the exact rewrites: in PyTorch, and into ONNX training graphs);
-3. backends: `backends/`;
-4. trainer and args: `trainer`, `args`, and the modules only they and those above use (`trl_arguments`,
-   `summary`, `trackers`, `bf16_hint`, `checkpoints`, `token_budget`, `device_step`, `compiled_step`:
-   `compile()`, the trainer's peer for a bare module);
-5. launch and integrations: `launch/`, `sft` (the integration with TRL: its trainer with turbotrain; what
-   turbotrain knows of TRL is `trl_boundary`, in the ground, as the trainer and the passes ask it), and the
-   package's lazy front (`turbotrain/__init__`, whose names are imported on first use, `sft`'s among them);
-6. bench and pretrain: `bench/`, `pretrain/`, `data/` (the demo data they train on);
-7. cli: `cli` and `__main__`.
+first; why each stands where it does: docs/architecture.md, "Layers"), and a unit imports only units of its
+own layer or of the layers below.
 
 No circle between units (a folder with its subfolders is one unit: `backends/` registers `backends/xla/`,
-which builds on `backends/base.py`), and no import circle between modules. A unit missing from `LAYERS` fails the test: a new folder or top module
-is placed on purpose.
+which builds on `backends/base.py`), and no import circle between modules. A unit missing from `LAYERS`
+fails the test (a new folder or top module is placed on purpose), and so does a unit `LAYERS` names that
+is gone.
 
 An import resolves to the most specific module that exists (`from turbotrain.passes import packing`
 is `turbotrain.passes.packing`; `from turbotrain.backends import get_backend` is the package
@@ -39,12 +25,13 @@ import turbotrain
 
 PACKAGE_DIR = Path(turbotrain.__file__).parent
 LAYERS = (
+    # the boundaries with other libraries' names, the private batch keys, and the on-device runtime (no torch)
     ("ground", ("utils", "hf_boundary", "torch_boundary", "jax_boundary", "trl_boundary", "batch_keys", "ondevice")),
     ("modeling", ("modeling", "measure")),
-    ("passes", ("passes", "export")),
+    ("passes", ("passes", "export")),  # the exact rewrites: in PyTorch, and into ONNX training graphs
     ("backends", ("backends",)),
     (
-        "trainer and args",
+        "trainer and args",  # and what only they and those above use
         (
             "trainer",
             "args",
@@ -58,7 +45,7 @@ LAYERS = (
             "compiled_step",
         ),
     ),
-    ("launch and integrations", ("launch", "sft", "__init__")),
+    ("launch and integrations", ("launch", "sft", "__init__")),  # __init__: the lazy front, `sft`'s names among its
     ("bench and pretrain", ("bench", "pretrain", "data")),
     ("cli", ("cli", "__main__")),
 )
@@ -122,6 +109,11 @@ def unplaced_units(graph: dict[str, set[str]]) -> list[str]:
     return sorted({unit_of(module) for module in graph} - set(LAYER_OF))
 
 
+def stale_units(graph: dict[str, set[str]]) -> list[str]:
+    """Units `LAYERS` names that no module is (a folder or module gone: its line goes too)."""
+    return sorted(set(LAYER_OF) - {unit_of(module) for module in graph})
+
+
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     """Every import of a unit of a higher layer, named module by module."""
     return sorted(
@@ -171,6 +163,7 @@ def test_every_folder_and_top_module_has_its_layer():
     graph = import_graph(module_sources())
     assert {"turbotrain.trainer", "turbotrain.measure.flops", "turbotrain.bench.runner"} <= set(graph)
     assert unplaced_units(graph) == []
+    assert stale_units(graph) == []
 
 
 def test_no_unit_imports_a_layer_above_its_own():
@@ -212,3 +205,4 @@ def test_a_lazy_import_upward_and_circles_are_found(tmp_path):
     assert circles(graph) == [["turbotrain.passes.a", "turbotrain.passes.b"]]
     assert circles(unit_graph(graph, unit_of)) == [["backends", "passes"]]
     assert unplaced_units(graph) == ["newfolder"]
+    assert "trainer" in stale_units(graph) and "passes" not in stale_units(graph)
