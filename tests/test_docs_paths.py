@@ -33,8 +33,9 @@ def pages(root: Path = ROOT) -> list[Path]:
 
 
 def file_names(root: Path) -> set[str]:
-    ignored = {".git", ".venv", "node_modules", "__pycache__"}
-    return {path.name for path in root.rglob("*.py") if not ignored & set(path.relative_to(root).parts)}
+    """The names of the repository's Python files (its own folders only: a `.venv` in the clone is not read)."""
+    folders = ("src", "tests", "scripts", "benchmarks", "docs")
+    return {path.name for folder in folders for path in (root / folder).rglob("*.py")}
 
 
 def code_words(text: str) -> list[str]:
