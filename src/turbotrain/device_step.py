@@ -4,6 +4,7 @@
   step runs on an accelerator inside Trainer's own loop, label sparsity's kept rows chosen on the host
   (passes/host_rows.py), so the step has no `nonzero` to wait for. None when nothing wraps the collator.
   A backend with a loop of its own (xla) shapes its batches itself and gets no host rows.
+
 Whether parameters are sharded (FSDP, ZeRO-3) is `hf_boundary.shards_parameters`.
 """
 
