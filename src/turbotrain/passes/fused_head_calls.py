@@ -16,7 +16,7 @@ The gradient reaches the model through `log_probs` (TRL's loss is their sum time
 the chunked head's pre-summed weight gradient requires).
 
 Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`;
-what is known of TRL, its flag and its output class live in integrations/trl.py).
+what is known of TRL, its flag and its output class live in trl_boundary.py).
 Stepped aside (TRL's own forward runs, one log line): every other caller (DPO, KTO, GRPO weight tokens
 unequally; `loss_type="dft"` too; a model given `optimize()` and handed to TRL), chunked cross-entropy
 set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from turbotrain.integrations.trl import FUSED_LM_HEAD, fused_output_class
+from turbotrain.trl_boundary import FUSED_LM_HEAD, fused_output_class
 from turbotrain.utils.warnings import log_once
 
 FLAG = FUSED_LM_HEAD

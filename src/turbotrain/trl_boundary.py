@@ -1,4 +1,6 @@
-"""TRL, in one place: what turbotrain knows of TRL's trainers, keyed on TRL's public classes and attributes.
+"""The boundary with TRL: what turbotrain knows of TRL's trainers, keyed on TRL's public classes and attributes.
+
+The trainer and the passes ask it, so it stands in the ground layer beside `hf_boundary.py` (tests/test_layers.py).
 
 TRL is the `llm` extra. Nothing here imports it until asked for a TRL class, and the questions about a
 trainer answer "no" while TRL is not imported (no class can derive from `SFTTrainer` before then).
@@ -15,11 +17,10 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   (`counts_tokens_from_mask`): `SFTTrainer` adds `inputs["attention_mask"].sum()` to its `num_tokens`
   metric; a packed batch's mask is the [R, 1, C, C] block mask, so the count is corrected to the real
   tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
-  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/integrations/test_trl.py): the one place
+  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py): the one place
   turbotrain touches a private TRL name.
 * `sft_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`, or an ImportError naming the extra.
-* TRL's rebuild of turbo arguments: `integrations/trl_arguments.py` (above `args`, which this module sits
-  below).
+* TRL's rebuild of turbo arguments: `trl_arguments.py` (it needs `args`, a layer above this module).
 """
 
 from __future__ import annotations
