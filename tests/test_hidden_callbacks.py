@@ -45,3 +45,19 @@ def test_hidden_callbacks_still_see_every_event_after_the_public_ones(tmp_path, 
     assert events.seen == [1, 2]
     assert any(r.getMessage().startswith("turbotrain: backend auto") for r in caplog.records)
     assert "too short" in trainer.backend.plan  # AutoChooser's on_train_begin ran
+
+
+def test_while_hidden_callbacks_run_the_public_list_is_unchanged(tmp_path):
+    trainer = turbo_trainer("roberta", tmp_path, max_steps=1, backend="eager")
+    seen = []
+    trainer.callback_handler.hidden.append(Peek(trainer, seen))
+    trainer.train()
+    assert seen and all(names == callback_types(trainer) for names in seen)
+
+
+class Peek(TrainerCallback):
+    def __init__(self, trainer, seen):
+        self.trainer, self.seen = trainer, seen
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seen.append(callback_types(self.trainer))

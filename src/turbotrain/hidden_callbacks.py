@@ -15,6 +15,8 @@ timer, `backends/auto.py`; the summary line, `summary.py`), so `HiddenCallbacks`
 
 from __future__ import annotations
 
+import copy
+
 from transformers.trainer_callback import CallbackHandler
 
 
@@ -33,8 +35,6 @@ class HiddenCallbacks(CallbackHandler):
 
     def call_event(self, event, args, state, control, **kwargs):
         control = super().call_event(event, args, state, control, **kwargs)
-        public, self.callbacks = self.callbacks, self.hidden
-        try:
-            return super().call_event(event, args, state, control, **kwargs)
-        finally:
-            self.callbacks = public
+        hidden = copy.copy(self)  # the same model, optimizer, dataloaders; the public list stays as it is, since a
+        hidden.callbacks = self.hidden  # hidden callback may read it (the summary looks for the trackers)
+        return CallbackHandler.call_event(hidden, event, args, state, control, **kwargs)
