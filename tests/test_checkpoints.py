@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 
 from tests.trainer_helpers import StepRecorder, stock_trainer, turbo_trainer
 from turbotrain import checkpoints
@@ -13,7 +15,7 @@ from turbotrain import checkpoints
 
 def fake_checkpoint(folder, complete: bool = True):
     folder.mkdir(parents=True)
-    (folder / "model.safetensors").write_bytes(b"x")
+    save_file({"weight": torch.ones(4)}, folder / "model.safetensors")
     if complete:
         (folder / "trainer_state.json").write_text(json.dumps({"global_step": 1}))
     return folder
@@ -165,7 +167,10 @@ def test_stock_checkpoints_resume_as_before_but_a_missing_optimizer_is_said(tmp_
 def test_an_explicit_resume_path_that_does_not_exist_says_so(tmp_path, finished_run):
     trainer = turbo_trainer("bert", tmp_path, **SAVES)
     source = finished_run["turbo"][0]
-    with pytest.raises(ValueError, match="checkpoint-66: it does not exist.*checkpoint-2, checkpoint-4, checkpoint-6"):
+    with pytest.raises(
+        ValueError,
+        match="Can't find a valid checkpoint at .*checkpoint-66; turbotrain: it does not exist.*checkpoint-2, checkpoint-4, checkpoint-6",
+    ):
         trainer.train(resume_from_checkpoint=str(source / "checkpoint-66"))
 
 
@@ -175,3 +180,36 @@ def test_an_explicit_damaged_checkpoint_is_refused_with_the_reason(tmp_path, fin
     with pytest.raises(ValueError, match=f"checkpoint-6.*{name}.*(unreadable|bytes)") as caught:
         resume(tmp_path, finished_run, damage, resume_from=str(tmp_path / "turbo" / "checkpoint-6"))
     assert "cut off while being written" not in str(caught.value)
+
+
+# Weights rewritten after the commit (more forms: tests/test_checkpoint_forms.py).
+
+
+def reshard(folder, name: str = "model.safetensors") -> list[str]:
+    """Rewrite `name` as one shard per tensor and an index, as `save_pretrained(max_shard_size=...)` does."""
+    tensors = load_file(folder / name)
+    (folder / name).unlink()
+    shards = {key: f"model-{i:05d}-of-{len(tensors):05d}.safetensors" for i, key in enumerate(tensors, 1)}
+    for key, shard in shards.items():
+        save_file({key: tensors[key]}, folder / shard)
+    (folder / f"{name}.index.json").write_text(json.dumps({"metadata": {}, "weight_map": shards}))
+    return sorted(shards.values())
+
+
+def cut(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 7])
+
+
+def test_a_real_run_resumes_from_its_resharded_checkpoint(tmp_path, finished_run, recwarn):
+    steps, losses, full = resume(tmp_path, finished_run, reshard)
+    assert steps[0] == 7 and not [w for w in recwarn if "checkpoint-6" in str(w.message)]
+
+
+def test_a_real_run_sets_a_resharded_checkpoint_with_a_cut_shard_aside(tmp_path, finished_run):
+    def reshard_and_cut(folder):
+        cut(folder / reshard(folder)[0])
+
+    with pytest.warns(UserWarning, match="checkpoint-6: model-00001-of-.*truncated"):
+        steps, _, _ = resume(tmp_path, finished_run, reshard_and_cut)
+    assert steps[0] == 5

@@ -103,3 +103,14 @@ def test_padding_free_with_dropout_packs_when_asked(tmp_path):
     )
     assert "padding_free" in trainer.turbo_report.applied
     assert SEQUENCE_STARTS in next(iter(trainer.get_train_dataloader()))
+
+
+def test_neftune_keeps_batches_padded_so_its_noise_is_stocks(tmp_path):
+    # NEFTune's noise: alpha / sqrt(L * d) uniform, drawn in the padded batch's shape: packing would change both
+    stock = train_losses(run(Trainer, TrainingArguments, "gpt2", "lm", tmp_path, neftune_noise_alpha=5.0))
+    turbo = run(TurboTrainer, TurboTrainingArguments, "gpt2", "lm", tmp_path, neftune_noise_alpha=5.0)
+    assert not turbo.turbo_options.padding_free
+    assert "padding_free (neftune_noise_alpha=5.0: NEFTune draws its noise" in turbo.turbo_summary()
+    assert_losses_close(train_losses(turbo), stock, rtol=1e-6)
+    plain = train_losses(run(Trainer, TrainingArguments, "gpt2", "lm", tmp_path))
+    assert all(abs(a - b) > 1e-6 for a, b in zip(stock, plain))  # the noise changed the losses

@@ -19,9 +19,18 @@ On resume (`resume_checkpoint`), every candidate is checked (`problem`), newest 
 Set-aside folders are kept for inspection (a second one for the same step gets `-2`, `-3`, ...) and are
 invisible to Trainer's resume and rotation; one warning names the folder, the bad file and the
 checkpoint the run resumes from instead: the newest good one. An explicit `resume_from_checkpoint="path"` that is missing, cut off
-or damaged is refused with the reason. Checkpoints written by stock Trainer (no manifest) count as
-good when their `trainer_state.json` parses, as stock Trainer assumes; one without `optimizer.pt` or
-`scheduler.pt` still resumes, with a warning that the optimizer or schedule starts fresh.
+or damaged is refused with the reason. Refusals begin with stock Trainer's message for the case ("Can't find
+a valid checkpoint at <path>", "No valid checkpoint found in output directory (<dir>)"), turbotrain's reason
+after it, so code matching stock's text keeps working.
+
+Every form of weights Trainer writes or a user legitimately makes is good (checkpoint_weights.py): one file
+or shards with their index, safetensors or `.bin` (`save_safetensors=False`), PEFT's adapter only, and
+weights resharded or converted after the commit (the recorded weight files gone, another whole form there:
+each of its files is then checked by its structure, since no checksum was recorded for it). Checkpoints
+without the manifest (written by stock Trainer) count as good when their weights are structurally whole
+and their `trainer_state.json` parses, as stock Trainer assumes; an explicit path with no `trainer_state.json`
+(a saved model) resumes its weights, as stock does. One without `optimizer.pt` or `scheduler.pt`
+(`save_only_model`) still resumes, with a warning that the optimizer or schedule starts fresh.
 
 Cost: the commit reads every file once more for its checksum (SHA-256, ~1-2 GB/s on one core), and
 resume reads the chosen checkpoint once. Per-rank RNG files of other data-parallel ranks
@@ -36,6 +45,7 @@ import os
 import re
 from pathlib import Path
 
+from turbotrain import checkpoint_weights
 from turbotrain.utils.warnings import warn_once
 
 WRITING = "turbotrain-writing"
@@ -45,6 +55,8 @@ RESUME_STATE = ("optimizer.pt", "scheduler.pt")  # what a stock checkpoint needs
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 _OTHER_RANK = re.compile(r"^rng_state_[1-9]\d*\.pth$")
 CUT_OFF = "cut off while being written"
+NONE_FOUND = "No valid checkpoint found in output directory"  # stock Trainer's messages, where it has one
+NOT_VALID = "Can't find a valid checkpoint at"
 
 
 def begin(folder: str | Path) -> None:
@@ -70,8 +82,10 @@ def commit(folder: str | Path) -> None:
     _fsync(folder)
 
 
-def problem(folder: str | Path) -> str | None:
-    """Why `folder` cannot be resumed from (a phrase naming the file), or None when it is good."""
+def problem(folder: str | Path, explicit: bool = False) -> str | None:
+    """Why `folder` cannot be resumed from (a phrase naming the file), or None when it is good. `explicit`: the
+    user named it (`resume_from_checkpoint="path"`): a folder without turbotrain's manifest and without
+    `trainer_state.json` (a saved model) resumes its weights, as stock Trainer does."""
     folder = Path(folder)
     if not folder.is_dir():
         return "it does not exist"
@@ -79,10 +93,12 @@ def problem(folder: str | Path) -> str | None:
         return f"it was {CUT_OFF} ({WRITING} is still there)"
     if (folder / MANIFEST).exists():
         damage = _manifest_problem(folder)
-        if damage is not None:
-            return damage
-    elif not (folder / TRAINER_STATE).exists():
-        return f"it was {CUT_OFF} (no {TRAINER_STATE})"
+    else:  # written by stock Trainer, or before turbotrain: the weights' own structure is what can be checked
+        damage = checkpoint_weights.problem_in(folder)
+        if damage is None and not (folder / TRAINER_STATE).exists():
+            return None if explicit else f"it was {CUT_OFF} (no {TRAINER_STATE})"
+    if damage is not None:
+        return damage
     try:
         json.loads((folder / TRAINER_STATE).read_text())
     except (OSError, ValueError) as error:
@@ -120,15 +136,18 @@ def last_complete_checkpoint(output_dir: str | Path) -> str | None:
 
 def resume_checkpoint(resume_from_checkpoint, output_dir: str | Path):
     """What `Trainer.train(resume_from_checkpoint=...)` should get: True -> the newest good checkpoint;
-    a path -> itself, if good (ValueError with the reason otherwise); anything else unchanged."""
+    a path -> itself, if good; anything else unchanged. Refusals are ValueErrors that begin with stock
+    Trainer's own message for the case (`NONE_FOUND`, `NOT_VALID`), turbotrain's reason after it."""
     if resume_from_checkpoint is True:
         resume_from_checkpoint = last_complete_checkpoint(output_dir)
         if resume_from_checkpoint is None:
-            raise ValueError(f"No complete checkpoint found in output directory ({output_dir})")
+            raise ValueError(f"{NONE_FOUND} ({output_dir}); turbotrain: none of its checkpoints is complete")
     elif isinstance(resume_from_checkpoint, (str, os.PathLike)):
-        reason = problem(resume_from_checkpoint)
+        reason = problem(resume_from_checkpoint, explicit=True)
         if reason is not None:
-            raise ValueError(f"cannot resume from {resume_from_checkpoint}: {reason}{_listing(resume_from_checkpoint)}")
+            raise ValueError(
+                f"{NOT_VALID} {resume_from_checkpoint}; turbotrain: {reason}{_listing(resume_from_checkpoint)}"
+            )
     else:
         return resume_from_checkpoint
     _warn_missing_resume_state(Path(resume_from_checkpoint))
@@ -140,6 +159,20 @@ def _manifest_problem(folder: Path) -> str | None:
         files = json.loads((folder / MANIFEST).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError) as error:
         return f"{MANIFEST} is unreadable ({type(error).__name__}: {error})"
+    weights = {name: recorded for name, recorded in files.items() if checkpoint_weights.is_weights(name)}
+    state = {name: recorded for name, recorded in files.items() if name not in weights}
+    missing = [name for name in weights if not (folder / name).is_file()]
+    if not missing:
+        return _recorded_problem(folder, files)
+    # weights rewritten since the commit (resharded, converted): good if another whole form of them is there
+    for name in missing:
+        if not checkpoint_weights.has_a_form((folder / name).parent):
+            return f"{name} is missing (it was written at the commit, and no other form of the weights is there)"
+    return _recorded_problem(folder, state) or checkpoint_weights.problem_in(folder)
+
+
+def _recorded_problem(folder: Path, files: dict) -> str | None:
+    """The first of `files` (name -> recorded bytes and sha256) missing, resized or changed since the commit."""
     for name, recorded in files.items():
         path = folder / name
         if not path.is_file():

@@ -9,12 +9,14 @@ which forwards them to the public `turbo_*` methods here:
   TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
   options (`TurboOptions.without` what the backend turns off, then the passes this trainer's loss refuses:
   `passes.registry.trainer_refusals`), choose the fused AdamW (`turbo_optim`, which Trainer's optimizer
-  is created with: `get_optimizer_cls_and_kwargs`; the arguments keep their `optim`), and install the
+  is created with: `create_optimizer`; the arguments keep their `optim`, and Trainer's static
+  `get_optimizer_cls_and_kwargs` stays static), and install the
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
   `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
   otherwise rebuild from `to_dict()` and fail on turbotrain's options (`trl_arguments.py`).
-* `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
+* `__init__` also drives the backend's callbacks (`auto` times steps with one) and the summary callback,
+  out of the public callback list (hidden_callbacks.py: `callback_handler.callbacks` is stock's):
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
   fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
@@ -42,13 +44,16 @@ answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passe
 and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
-gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
+gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched. Every Trainer
+method overridden here keeps Trainer's signature and kind (a static method stays static; `__init__` shows the
+Trainer class's own signature), pinned by tests/test_trainer_signatures.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import logging
 
 from torch import nn
@@ -60,6 +65,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
+from turbotrain.hidden_callbacks import HiddenCallbacks
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -98,8 +104,8 @@ class TurboMixin(TrainerBoundary):
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
             self.model = self.model_wrapped = self._prepare_model(self.model)
-        for callback in [*self.backend.callbacks(), SummaryCallback(self)]:
-            self.add_callback(callback)
+        hidden = [*self.backend.callbacks(), SummaryCallback(self)]  # out of the public list: hidden_callbacks.py
+        self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
         quiet_cpu_pin_memory()
@@ -112,13 +118,22 @@ class TurboMixin(TrainerBoundary):
         missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped, lacks)
         return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
 
-    def get_optimizer_cls_and_kwargs(self, args, model=None):
-        """Trainer's optimizer class and arguments for `args`, with `optim` the one this run uses (the fused
-        AdamW where the device has it: `turbo_optim`); the user's arguments keep their own `optim`."""
-        if getattr(self, "turbo_optim", None) not in (None, getattr(args.optim, "value", args.optim)):
-            args = copy.copy(args)
-            args.optim = OptimizerNames(self.turbo_optim)
-        return super().get_optimizer_cls_and_kwargs(args, model)
+    def create_optimizer(self, model=None):
+        """Trainer's optimizer, made with `optim` the one this run uses (the fused AdamW where the device has it:
+        `turbo_optim`); the user's arguments keep their own `optim`. Trainer's `get_optimizer_cls_and_kwargs`
+        stays its static method (a subclass's override too): it is asked once, with a copy of the arguments, and
+        its answer handed to Trainer's `create_optimizer` as `optimizer_cls_and_kwargs` for that call only."""
+        if self.optimizer is not None or getattr(self, "optimizer_cls_and_kwargs", None) is not None:
+            return super().create_optimizer(model)
+        if getattr(self, "turbo_optim", None) in (None, getattr(self.args.optim, "value", self.args.optim)):
+            return super().create_optimizer(model)
+        args = copy.copy(self.args)
+        args.optim = OptimizerNames(self.turbo_optim)
+        self.optimizer_cls_and_kwargs = self.get_optimizer_cls_and_kwargs(args, self.model if model is None else model)
+        try:
+            return super().create_optimizer(model)
+        finally:
+            self.optimizer_cls_and_kwargs = None
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
@@ -176,15 +191,18 @@ class TurboMixin(TrainerBoundary):
             checkpoints.commit(folder)
             rotate_checkpoints(self, output_dir)
 
-    def train(self, resume_from_checkpoint=None, trial=None, **kwargs):
+    def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
         resume_from_checkpoint = checkpoints.resume_checkpoint(resume_from_checkpoint, self.args.output_dir)
-        return super().train(resume_from_checkpoint=resume_from_checkpoint, trial=trial, **kwargs)
+        return super().train(
+            resume_from_checkpoint=resume_from_checkpoint, trial=trial, ignore_keys_for_eval=ignore_keys_for_eval
+        )
 
 
 class TurboTrainer(TurboMixin, Trainer):
     """Drop-in replacement for `transformers.Trainer`; see the module docstring for what it changes."""
 
-    def __init__(self, model: nn.Module | None = None, args=None, *rest, **kwargs):
+    @functools.wraps(Trainer.__init__)  # Trainer's signature (inspect.signature follows __wrapped__)
+    def __init__(self, model=None, args=None, *rest, **kwargs):
         args = args if args is not None else TurboTrainingArguments(output_dir="tmp_trainer")
         super().__init__(model, args, *rest, **kwargs)
 
@@ -209,9 +227,20 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
             "__qualname__": name,
             "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`).",
         }
+        namespace["__init__"] = _init_like(trainer_class)
         bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]
+
+
+def _init_like(trainer_class: type[Trainer]):
+    """An `__init__` that is TurboMixin's, with `trainer_class`'s signature (and docstring) for `inspect`."""
+
+    @functools.wraps(trainer_class.__init__)
+    def __init__(self, *args, **kwargs):
+        TurboMixin.__init__(self, *args, **kwargs)
+
+    return __init__
 
 
 TurboSeq2SeqTrainer = turbo(Seq2SeqTrainer)  # was: Seq2SeqTrainer (with TurboSeq2SeqTrainingArguments)

@@ -82,9 +82,9 @@ class TrlTokenCount:
     """SFTTrainer's `num_tokens` metric counted on a packed batch's real tokens (see the module docstring).
     Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
 
-    def compute_loss(self, model, inputs, *args, **kwargs):
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
-        result = super().compute_loss(model, inputs, *args, **kwargs)
+        result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
         if real is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
             difference = torch.as_tensor(real, device=mask.device) - mask.sum()
             total = self.accelerator.gather_for_metrics(difference.reshape(1)).sum().item()

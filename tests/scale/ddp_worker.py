@@ -1,6 +1,6 @@
 """Worker of the data-parallel test: TurboTrainer on tiny RoBERTa, every pass on, a global batch of 4.
 
-    torchrun --nproc_per_node=2 -m tests.scale.ddp_worker OUT PER_DEVICE_BATCH [BACKEND] [fsdp|zero1|zero2]
+    torchrun --nproc_per_node=2 -m tests.scale.ddp_worker OUT PER_DEVICE_BATCH [BACKEND] [fsdp|zero1|zero2|zero3]
     python -m tests.scale.ddp_worker OUT 4                     (the single-process reference)
 
 Rank 0 writes OUT/losses.json: after every optimizer step, the loss of the trained model on one fixed
@@ -38,10 +38,10 @@ class HeldOutLoss(TrainerCallback):
 
 def main() -> None:
     out, per_device = Path(sys.argv[1]), int(sys.argv[2])
-    engines = {"fsdp", "zero1", "zero2"}
+    engines = {"fsdp", "zero1", "zero2", "zero3"}
     backend = sys.argv[3] if len(sys.argv) > 3 and sys.argv[3] not in engines else "eager"
     extra = {"fsdp": "full_shard"} if "fsdp" in sys.argv else {}
-    for stage in (1, 2):
+    for stage in (1, 2, 3):
         if f"zero{stage}" in sys.argv:
             extra["deepspeed"] = {
                 "zero_optimization": {"stage": stage},

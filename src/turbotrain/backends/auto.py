@@ -80,11 +80,13 @@ def run_key_parts(args: TrainingArguments, model: nn.Module, scope: str, length:
     device = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else cpu_model()
     dtype = "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32"
     inner = unwrap(model)
-    config = inner.config
+    config = getattr(inner, "config", None)  # a plain nn.Module (stock Trainer trains one) has none
     sizes = [
         str(getattr(config, name, ""))
         for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
     ]
+    if config is None:  # its sizes are its parameters'
+        sizes[0] = f"{sum(p.numel() for p in inner.parameters())} parameters"
     first = next(inner.parameters(), None)
     report = getattr(model, REPORT_ATTRIBUTE, None)
     passes = ",".join(report.applied) if report is not None else "none"

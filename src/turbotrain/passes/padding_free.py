@@ -26,6 +26,11 @@ and TRL's sft.py with default dropout differed from stock by ~1e-2). So a model 
 dropout, or draws other random numbers in training (PhiMoE's sampled expert routing; found by the
 seeded ATen ops one tiny training-mode forward and backward runs, `modeling.draws_at_random`), is refused (one warning naming the option) unless
 `with_dropout=True` (`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
+Trainer features that draw random numbers per padded position step padding-free aside for the run (one log
+line, named in the summary; `trainer_refusal`): NEFTune (`neftune_noise_alpha`) adds uniform noise of scale
+`alpha / sqrt(L * d)` to the embeddings, with L the batch's padded length, drawn in the batch's shape, and
+Trainer adds its hook in `train()`, after the passes: a packed row's L (the whole batch's tokens) made the noise
+0.45x stock's at batch 8, and no option packs anyway. Losses with NEFTune equal stock's step by step.
 
 Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
@@ -363,6 +368,19 @@ def _random_draws_refusal(model: nn.Module) -> str | None:
 # --- registration (passes/registry.py) ---------------------------------------------------------------
 
 
+def trainer_refusal(trainer) -> str | None:
+    """Why `trainer` must keep its batches padded: a Trainer feature that reads the batch's shape or draws random
+    numbers per padded position (NEFTune), or a loss that reads rows (`loss_reads_rows`); None to pack."""
+    alpha = getattr(trainer.args, "neftune_noise_alpha", None)
+    if alpha is not None:
+        logger.info("turbotrain: padding-free steps aside: NEFTune's noise is drawn for the padded batch")
+        return (
+            f"neftune_noise_alpha={alpha}: NEFTune draws its noise in the padded batch's shape, scaled by "
+            "alpha / sqrt(length x width), so packed rows would get other and weaker noise than stock"
+        )
+    return loss_reads_rows(trainer)
+
+
 def loss_reads_rows(trainer) -> str | None:
     """Why packing would change `trainer`'s loss (one that is not a sum over tokens, e.g. DPO's chosen/rejected
     rows), or None for Trainer's own loss and TRL's SFTTrainer's."""
@@ -426,7 +444,7 @@ register_pass(
                 off="masks",
             ),
         ),
-        refused_by_trainer=loss_reads_rows,
+        refused_by_trainer=trainer_refusal,
         not_applicable=modeling.without_token_input,
     )
 )

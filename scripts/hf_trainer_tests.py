@@ -1,0 +1,105 @@
+"""Run Transformers' own Trainer tests stock and with turbotrain patched in, and print the tests whose outcome differs.
+
+    python scripts/hf_trainer_tests.py --tests-dir ~/transformers [--files F ...] [-k EXPR] [--extra-path DIR]
+
+`--tests-dir`: a Transformers checkout (its `tests/` folder and root `conftest.py`; the package itself is the
+installed one). The test files (default: `tests/trainer/test_trainer.py`, `test_trainer_callback.py`,
+`test_trainer_seq2seq.py` and `test_training_args.py`, wherever the checkout keeps it) run twice under this
+interpreter, each in one pytest process with a JUnit report:
+
+* stock: plain `pytest`;
+* turbotrain: `pytest -p turbotrain.launch.pytest_plugin`, which installs, before any test module imports
+  `transformers`, the patch `turbotrain run` installs (launch/patch.py): `transformers.Trainer` is `TurboTrainer`,
+  and so on. `TURBOTRAIN_OPTIONS` passes options, as to `turbotrain run`.
+
+Both runs are offline (`HF_HUB_OFFLINE=1`): tests that need the hub skip or fail the same way both times; only
+differences matter. One line per test whose outcome differs (`passed` / `failed` / `error` / `skipped`, stock
+first), then the last line: the counts of both runs and the number of tests that pass stock and fail turbotrain.
+Exit code 1 when such a test exists. The test files are Transformers' (Apache-2.0), never copied into this
+repository. `--extra-path` puts a folder on both runs' PYTHONPATH (test-only packages such as `parameterized`).
+
+A dev tool, not a test: the four files take ~10-20 min per run on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ElementTree
+from collections import Counter
+from pathlib import Path
+
+TRAINER_FILES = ("test_trainer.py", "test_trainer_callback.py", "test_trainer_seq2seq.py")
+ARGS_FILE = "test_training_args.py"
+PLUGIN = "turbotrain.launch.pytest_plugin"
+WAYS = {"stock": [], "turbotrain": ["-p", PLUGIN]}
+
+
+def default_files(tests_dir: Path) -> list[str]:
+    """The Trainer test files of a checkout, relative to it; `test_training_args.py` where the checkout keeps it."""
+    files = [f"tests/trainer/{name}" for name in TRAINER_FILES]
+    found = sorted(tests_dir.glob(f"tests/**/{ARGS_FILE}"))
+    return files + [path.relative_to(tests_dir).as_posix() for path in found[:1]]
+
+
+def run_tests(tests_dir: Path, files: list[str], way: str, report: Path, args) -> dict[str, str]:
+    """Test id -> outcome of one pytest run of `files` (`way`: stock or turbotrain)."""
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
+    package = str(Path(__file__).resolve().parents[1] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [*args.extra_path, package, env.get("PYTHONPATH", "")] if p)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
+    command += [*WAYS[way], *(["-k", args.k] if args.k else []), *files]
+    print(f"[{way}] {' '.join(command)}", file=sys.stderr, flush=True)
+    subprocess.run(command, cwd=tests_dir, env=env, stdout=subprocess.DEVNULL, check=False, timeout=args.timeout)
+    return outcomes(report)
+
+
+def outcomes(report: Path) -> dict[str, str]:
+    """Test id (`file::class::name`) -> passed, failed, error or skipped, from a JUnit XML report."""
+    found = {}
+    for case in ElementTree.parse(report).getroot().iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        kinds = {child.tag for child in case}
+        outcome = next((kind for kind in ("error", "failure", "skipped") if kind in kinds), "passed")
+        found[name] = {"failure": "failed"}.get(outcome, outcome)
+    return found
+
+
+def compare(stock: dict[str, str], turbo: dict[str, str]) -> tuple[list[str], str, int]:
+    """(one line per test whose outcome differs, the counts line, how many pass stock and not turbotrain)."""
+    lines = [
+        f"{name}: stock {stock.get(name, 'absent')}, turbotrain {turbo.get(name, 'absent')}"
+        for name in sorted(set(stock) | set(turbo))
+        if stock.get(name) != turbo.get(name)
+    ]
+    broken = sum(1 for name, outcome in stock.items() if outcome == "passed" and turbo.get(name) != "passed")
+    counts = {way: Counter(found.values()) for way, found in (("stock", stock), ("turbotrain", turbo))}
+    shown = "; ".join(
+        f"{way}: " + ", ".join(f"{counts[way][kind]} {kind}" for kind in ("passed", "failed", "error", "skipped"))
+        for way in counts
+    )
+    return lines, f"{shown}; {len(lines)} differ; {broken} pass stock and not turbotrain", broken
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tests-dir", type=Path, required=True, help="a Transformers checkout (with tests/)")
+    parser.add_argument("--files", nargs="+", help="test files relative to --tests-dir (default: the Trainer's)")
+    parser.add_argument("-k", help="pytest -k expression, for both runs")
+    parser.add_argument("--extra-path", action="append", default=[], help="a folder for both runs' PYTHONPATH")
+    parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per run")
+    args = parser.parse_args(argv)
+    tests_dir = args.tests_dir.resolve()
+    files = args.files or default_files(tests_dir)
+    with tempfile.TemporaryDirectory() as folder:
+        found = {way: run_tests(tests_dir, files, way, Path(folder) / f"{way}.xml", args) for way in WAYS}
+    lines, counts, broken = compare(found["stock"], found["turbotrain"])
+    print("\n".join([*lines, counts]))
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,40 @@
+"""turbotrain's own callbacks kept out of the callback list users see.
+
+A Trainer's callbacks are public: `trainer.callback_handler.callbacks`, `pop_callback`, `remove_callback`,
+`callback_list` and any code that lists them (a test counting them, a tracker looking for its own) must see
+exactly the stock Trainer's list. turbotrain drives two callbacks of its own (the `auto` backend's step
+timer, `backends/auto.py`; the summary line, `summary.py`), so `HiddenCallbacks` is Trainer's
+`CallbackHandler` with a second list, `hidden`, beside the public `callbacks`:
+
+* every event goes first to the public callbacks (in their order, as stock), then to the hidden ones, with the
+  `control` the public ones returned: the hidden callbacks run where they used to run when they were appended
+  last, so `SummaryCallback` still speaks after every tracker has set itself up;
+* adding, popping, removing and listing callbacks touch the public list only; the hidden ones are not
+  `ExportableState`, so checkpoints' `stateful_callbacks` are stock's too.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from transformers.trainer_callback import CallbackHandler
+
+
+class HiddenCallbacks(CallbackHandler):
+    """Trainer's callback handler plus `hidden` callbacks, called after the public ones and never listed."""
+
+    hidden: list
+
+    @classmethod
+    def around(cls, handler: CallbackHandler, hidden: list) -> HiddenCallbacks:
+        """`handler` (the one Trainer built: its callbacks, model, optimizer...) with `hidden` callbacks added."""
+        made = cls.__new__(cls)
+        made.__dict__.update(handler.__dict__)
+        made.hidden = list(hidden)
+        return made
+
+    def call_event(self, event, args, state, control, **kwargs):
+        control = super().call_event(event, args, state, control, **kwargs)
+        hidden = copy.copy(self)  # the same model, optimizer, dataloaders; the public list stays as it is, since a
+        hidden.callbacks = self.hidden  # hidden callback may read it (the summary looks for the trackers)
+        return CallbackHandler.call_event(hidden, event, args, state, control, **kwargs)

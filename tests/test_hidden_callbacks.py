@@ -1,0 +1,63 @@
+"""turbotrain's own callbacks (auto's step timer, the summary) are driven but never listed (issue 36)."""
+
+from __future__ import annotations
+
+import logging
+
+from transformers import DefaultFlowCallback, TrainerCallback
+
+from tests.trainer_helpers import stock_trainer, turbo_trainer
+from turbotrain.backends.auto import AutoChooser
+from turbotrain.summary import SummaryCallback
+
+
+def callback_types(trainer) -> list[type]:
+    return [type(callback) for callback in trainer.callback_handler.callbacks]
+
+
+class Events(TrainerCallback):
+    def __init__(self):
+        self.seen = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seen.append(state.global_step)
+
+
+def test_the_public_callback_list_is_stocks(tmp_path):
+    turbo = turbo_trainer("roberta", tmp_path / "turbo", max_steps=1)
+    stock = stock_trainer("roberta", tmp_path / "stock", max_steps=1)
+    assert callback_types(turbo) == callback_types(stock)
+    assert turbo.callback_handler.callback_list == stock.callback_handler.callback_list
+    assert isinstance(turbo.pop_callback(DefaultFlowCallback), DefaultFlowCallback)
+    stock.remove_callback(DefaultFlowCallback)
+    assert callback_types(turbo) == callback_types(stock)
+
+
+def test_hidden_callbacks_still_see_every_event_after_the_public_ones(tmp_path, caplog, monkeypatch):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path / "cache"))
+    trainer = turbo_trainer("roberta", tmp_path, max_steps=2)
+    events = Events()
+    trainer.add_callback(events)
+    hidden = [type(callback) for callback in trainer.callback_handler.hidden]
+    assert hidden == [AutoChooser, SummaryCallback]
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        trainer.train()
+    assert events.seen == [1, 2]
+    assert any(r.getMessage().startswith("turbotrain: backend auto") for r in caplog.records)
+    assert "too short" in trainer.backend.plan  # AutoChooser's on_train_begin ran
+
+
+def test_while_hidden_callbacks_run_the_public_list_is_unchanged(tmp_path):
+    trainer = turbo_trainer("roberta", tmp_path, max_steps=1, backend="eager")
+    seen = []
+    trainer.callback_handler.hidden.append(Peek(trainer, seen))
+    trainer.train()
+    assert seen and all(names == callback_types(trainer) for names in seen)
+
+
+class Peek(TrainerCallback):
+    def __init__(self, trainer, seen):
+        self.trainer, self.seen = trainer, seen
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.seen.append(callback_types(self.trainer))
