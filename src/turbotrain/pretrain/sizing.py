@@ -55,7 +55,11 @@ def _plan(cfg: PretrainConfig, prepared, console: Console, started: float, measu
             spent = time.perf_counter() - started + (AUTO_SECONDS if cfg.backend == "auto" else 0.0)
             if measured and not worth_probing(model, measured[menu[0].name].step, budget - spent - END_SECONDS):
                 break
-            measured[model.name] = measure(_model_config(cfg, model), prepared)
+            speed = measured[model.name] = measure(_model_config(cfg, model), prepared)
+            console.print(
+                f"timed model {model.name} ({model.label}): {speed.step:.3f} s/step, held-out evaluation "
+                f"{speed.evaluation:.1f} s, checkpoint {speed.save:.1f} s"
+            )
     spent = time.perf_counter() - started + (AUTO_SECONDS if cfg.backend == "auto" else 0.0)
     plan = plan_run(budget, spent, measured, menu)
     for model in menu:
