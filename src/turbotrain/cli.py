@@ -47,7 +47,7 @@ def _pretrain_parser(sub) -> None:
         "--bf16", default=d.bf16, choices=BF16_CHOICES, help="bf16 autocast; auto: on with AMX-BF16 or a bf16 GPU"
     )
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
-    p.add_argument("--eval-steps", type=int, default=None, help="held-out evaluation every N steps (1/16 of the run)")
+    p.add_argument("--eval-steps", type=int, default=None, help="held-out evaluation every N steps (1/8 of the run)")
     p.add_argument("--save-steps", type=int, default=None, help="committed checkpoint every N steps (1/8 of the run)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in OUTPUT_DIR")
     p.add_argument(

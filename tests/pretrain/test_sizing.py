@@ -30,7 +30,7 @@ def test_fixed_steps_are_kept_and_nothing_is_probed(tmp_path):
     cfg = PretrainConfig(output_dir=str(tmp_path), max_steps=8000)
     sized, plan = size_run(cfg, None, QUIET, time.perf_counter(), measure=_never)
     assert plan is None and sized.max_steps == 8000
-    assert (sized.warmup_steps, sized.eval_steps, sized.save_steps, sized.lr) == (400, 500, 1000, 2e-3)
+    assert (sized.warmup_steps, sized.eval_steps, sized.save_steps, sized.lr) == (400, 1000, 1000, 2e-3)
     assert not (tmp_path / PLAN_FILE).exists()
 
 

@@ -5,7 +5,7 @@ held-out evaluations, checkpoint saves, the final save and the fill-mask lines);
 (~5 s) are not in it. `plan_run` is arithmetic only: given the seconds already spent, the measured seconds per
 step of each model on the menu, the measured seconds of one held-out evaluation and of one checkpoint save,
 it picks the largest model whose worthwhile step count fits, and the steps, warm-up (5%), held-out evaluation
-(every 1/16) and checkpoint (every 1/8) intervals that end within the budget.
+(every 1/8: one takes ~2 s on a 2-core EPYC) and checkpoint (every 1/8) intervals that end within the budget.
 
 The menu is the sweep's configurations (benchmarks/scripts/pretrain_sweep.py) measured
 at a 480 s budget: B and A. At 480 s on a 2-core
@@ -92,13 +92,13 @@ class Plan:
 
 
 def intervals(steps: int) -> tuple[int, int, int]:
-    """(warm-up, evaluation, checkpoint) steps for a run of `steps`: 5%, every 1/16, every 1/8."""
-    return max(1, steps // 20), max(1, steps // 16), max(1, steps // 8)
+    """(warm-up, evaluation, checkpoint) steps for a run of `steps`: 5%, every 1/8, every 1/8."""
+    return max(1, steps // 20), max(1, steps // 8), max(1, steps // 8)
 
 
 def steps_that_fit(train_seconds: float, speed: Speed) -> int:
-    """Steps whose training, 16 held-out evaluations and 8 checkpoint saves fit `train_seconds`."""
-    left = train_seconds - 16 * speed.evaluation - 8 * speed.save
+    """Steps whose training, 8 held-out evaluations and 8 checkpoint saves fit `train_seconds`."""
+    left = train_seconds - 8 * speed.evaluation - 8 * speed.save
     return max(0, math.floor(SAFETY * left / speed.step))
 
 

@@ -12,7 +12,7 @@ That fixed count took ~24 minutes on a 2-core Zen 3 EPYC, so the default is now 
 budget.py): `max_steps=None` sizes steps, warm-up and intervals to the budget and picks the model from the
 menu (when the shape is the default one: `choose_model=None` means "unless hidden/layers/heads were set");
 `max_steps=N` trains exactly N steps of the given shape. `learning_rate=None`: the chosen model's (2e-3
-for h128 x 2); `eval_steps`/`save_steps=None`: every 1/16 and 1/8 of the steps (500 / 1,000 of 8,000).
+for h128 x 2); `eval_steps`/`save_steps=None`: every 1/8 of the steps (1,000 of 8,000).
 """
 
 from __future__ import annotations
@@ -45,11 +45,12 @@ class PretrainConfig(ModelShape):
     dropout: float = 0.1
     bf16: str = "off"  # on, off, auto (precision.py); fp32 is faster for the default h128 x 2
     logging_steps: int = 100
-    eval_steps: int | None = None  # None: every 1/16 of max_steps
+    eval_steps: int | None = None  # None: every 1/8 of max_steps
     save_steps: int | None = None  # None: every 1/8 of max_steps
     threads: int | None = None  # None: usable cores less busy ones (threads.py)
     choose_model: bool | None = None  # None: from the menu unless the shape differs from the default
     backend: str = "auto"
+    measure_backend: bool = True  # False: `auto` uses a cached choice or eager, never its one-time measurement
     label_sparsity: bool = True
     progress: bool = True
     export_onnx: bool = False
