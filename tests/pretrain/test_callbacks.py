@@ -10,6 +10,7 @@ from transformers import TrainerControl, TrainerState
 
 from turbotrain.pretrain.callbacks import CurvePoint, Curves, HeldOutCurve, StopAtDeadline, StopOnNonFinite
 from turbotrain.pretrain.compare import time_to_loss, time_to_quality
+from turbotrain.pretrain.metrics import HeldOut
 
 
 @pytest.mark.parametrize("logs", [{"loss": float("nan")}, {"loss": 2.0, "grad_norm": float("inf")}])
@@ -82,10 +83,11 @@ def test_the_deadline_never_stops_the_planned_last_step():
 def test_a_run_stopped_early_is_evaluated_at_its_last_step(monkeypatch):
     import turbotrain.pretrain.callbacks as callbacks
 
-    monkeypatch.setattr(callbacks, "evaluate_masked", lambda model, batches: "scored")
+    scored = HeldOut(loss=2.0, top1=0.5, top5=0.7)
+    monkeypatch.setattr(callbacks, "evaluate_masked", lambda model, batches: scored)
     curve = HeldOutCurve([], every=500)
     state = TrainerState(global_step=123, max_steps=1000)
     curve.on_step_end(None, state, TrainerControl())
     assert curve.curves.last is None  # not an evaluation step
     curve.on_step_end(None, state, TrainerControl(should_training_stop=True))
-    assert curve.curves.last == "scored" and curve.curves.held_out[-1].step == 123
+    assert curve.curves.last is scored and curve.curves.held_out[-1].step == 123

@@ -56,7 +56,11 @@ def test_resume_trains_the_plan_the_run_started_with_without_probing(tmp_path):
         PretrainConfig(output_dir=str(tmp_path), backend="eager"), None, QUIET, time.perf_counter(), FakeProbe()
     )
     resumed, kept = size_run(
-        PretrainConfig(output_dir=str(tmp_path), minutes=1, resume=True), None, QUIET, time.perf_counter(), _never
+        PretrainConfig(output_dir=str(tmp_path), minutes=1, resume=True, backend="eager"),
+        None,
+        QUIET,
+        time.perf_counter(),
+        _never,
     )
     assert kept == plan and resumed == first.__class__(**{**vars(first), "minutes": 1, "resume": True})
 
