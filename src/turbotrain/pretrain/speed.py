@@ -2,7 +2,7 @@
 
 `measure_speed` builds the job's own `TurboTrainer` for `cfg` (same data, batch, backend, threads) and trains
 `steps` steps into a temporary directory (nothing saved); the first `warm_up` steps are not timed (allocator
-and first-call costs), the median of the rest is the answer. `eval_and_save_seconds` times one held-out
+and first-call costs), the mean of the rest is the answer (the run's length is a sum of steps). `eval_and_save_seconds` times one held-out
 evaluation and one checkpoint-sized save (model, and twice its size for Adam's state) of that model.
 """
 
@@ -35,7 +35,7 @@ class StepClock(TrainerCallback):
 
     def seconds_per_step(self, warm_up: int) -> float:
         gaps = [b - a for a, b in zip(self.ends, self.ends[1:])][warm_up:]
-        return statistics.median(gaps)
+        return statistics.fmean(gaps)
 
 
 def measure_speed(cfg: PretrainConfig, prepared, steps: int = 12, warm_up: int = 3) -> Speed:
