@@ -108,3 +108,12 @@ def test_bad_budget_flags_are_refused_with_one_line(tmp_path, capsys, flags):
 
 class _Done:
     exit_code = 0
+
+
+def test_a_budgeted_run_never_pays_autos_uncached_measurement_a_fixed_one_does(tmp_path):
+    from turbotrain.pretrain.setup import training_arguments
+
+    budgeted, _ = size_run(PretrainConfig(output_dir=str(tmp_path)), None, QUIET, time.perf_counter(), FakeProbe())
+    fixed, _ = size_run(PretrainConfig(output_dir=str(tmp_path / "f"), max_steps=100), None, QUIET, 0.0, _never)
+    assert training_arguments(budgeted, str(tmp_path)).backend_options == {"min_steps": budgeted.max_steps + 1}
+    assert training_arguments(fixed, str(tmp_path)).backend_options is None
