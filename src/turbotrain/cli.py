@@ -31,8 +31,15 @@ def _pretrain_parser(sub) -> None:
     p.add_argument(
         "--files", nargs="+", default=[], metavar="TXT", help="UTF-8 text files instead of the built-in corpus"
     )
-    p.add_argument("--steps", type=int, default=d.max_steps, dest="max_steps")
-    p.add_argument("--lr", type=float, default=d.learning_rate, dest="learning_rate")
+    p.add_argument(
+        "--minutes",
+        type=float,
+        default=d.minutes,
+        help="time budget for the whole job (default %(default)g): model, steps and schedule sized to it here",
+    )
+    p.add_argument("--steps", type=int, default=None, dest="max_steps", help="train exactly N steps (no budget)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: usable cores less busy ones)")
+    p.add_argument("--lr", type=float, default=None, dest="learning_rate", help="default: the model's (2e-3)")
     p.add_argument("--warmup-steps", type=int, default=d.warmup_steps, help="default: 5%% of --steps")
     p.add_argument("--lr-scheduler", default=d.lr_scheduler, choices=["linear", "cosine", "constant_with_warmup"])
     p.add_argument("--dropout", type=float, default=d.dropout)
@@ -40,8 +47,8 @@ def _pretrain_parser(sub) -> None:
         "--bf16", default=d.bf16, choices=BF16_CHOICES, help="bf16 autocast; auto: on with AMX-BF16 or a bf16 GPU"
     )
     p.add_argument("--logging-steps", type=int, default=d.logging_steps)
-    p.add_argument("--eval-steps", type=int, default=d.eval_steps, help="held-out evaluation every N steps")
-    p.add_argument("--save-steps", type=int, default=d.save_steps, help="committed checkpoint every N steps")
+    p.add_argument("--eval-steps", type=int, default=None, help="held-out evaluation every N steps (1/8 of the run)")
+    p.add_argument("--save-steps", type=int, default=None, help="committed checkpoint every N steps (1/8 of the run)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in OUTPUT_DIR")
     p.add_argument(
         "--compare",

@@ -39,5 +39,7 @@ def test_bad_argument_is_refused_with_one_line(tmp_path, capsys, flags, named):
 def test_warm_up_defaults_to_five_percent_of_the_steps():
     from turbotrain.pretrain import PretrainConfig
 
-    assert PretrainConfig().warmup == 400 and PretrainConfig(max_steps=100).warmup == 5
+    assert PretrainConfig(max_steps=8000).warmup == 400 and PretrainConfig(max_steps=100).warmup == 5
     assert PretrainConfig(max_steps=100, warmup_steps=0).warmup == 0
+    with pytest.raises(ValueError, match="not planned yet"):
+        assert PretrainConfig().warmup  # a budgeted config has no steps until run_pretrain plans them

@@ -58,3 +58,16 @@ def test_non_finite_loss_stops_with_a_clear_message_and_keeps_the_good_checkpoin
     with pytest.raises(TrainingStopped, match=r"training stopped at step \d+: the (loss|grad norm|weights)"):
         run_pretrain(cfg)
     assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_a_budgeted_tiny_run_trains_its_plan_and_reports_steps_and_minutes(tmp_path):
+    from turbotrain.pretrain.budget import Plan, Speed
+
+    out = tmp_path / "out"
+    cfg = PretrainConfig(output_dir=str(out), minutes=2, backend="eager", plot=False, **TINY)
+    result = run_pretrain(cfg, measure=lambda cfg, prepared: Speed(0.5, 0.1, 0.1))  # a slow machine, faked
+    plan = Plan.load(out)
+    assert plan.model == "as given" and 50 <= plan.max_steps < 240
+    assert result.exit_code == 0 and result.steps == plan.max_steps and result.planned_steps is None
+    assert 0 < result.wall_seconds < 120 and result.held_out is not None

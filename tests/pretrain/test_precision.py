@@ -50,8 +50,8 @@ def test_auto_follows_the_detection(monkeypatch, pays, label):
 
 def test_trainer_arguments_autocast_on_the_cpu(monkeypatch, tmp_path):
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
-    on = training_arguments(PretrainConfig(bf16="on", **TINY), str(tmp_path))
-    off = training_arguments(PretrainConfig(bf16="off", **TINY), str(tmp_path))
+    on = training_arguments(PretrainConfig(bf16="on", max_steps=10, **TINY), str(tmp_path))
+    off = training_arguments(PretrainConfig(bf16="off", max_steps=10, **TINY), str(tmp_path))
     assert (on.bf16, on.use_cpu) == (True, True) and (off.bf16, off.use_cpu) == (False, False)
 
 

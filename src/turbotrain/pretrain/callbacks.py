@@ -4,6 +4,8 @@
   and records step, training wall time (evaluation and checkpoint-saving time excluded) and the training losses Trainer logs.
 * `StopOnNonFinite`: a non-finite logged loss or grad norm, or non-finite weights about to be saved,
   stops the run before anything is saved, so the last checkpoint on disk is the last good one.
+* `StopAtDeadline`: a budgeted run (`--minutes`) ends its training at the step whose successor would end
+  after the plan's deadline (the machine got slower than the probe measured); the last step is evaluated.
 * `StopOnSignal`: SIGINT/SIGTERM ask for a checkpoint and a clean stop at the end of the current step
   (a second signal restores the default handler: a third Ctrl-C kills as usual).
 """
@@ -55,7 +57,8 @@ class HeldOutCurve(TrainerCallback):
 
     def on_step_end(self, args, state, control, model=None, **kwargs):
         self._save_began = time.perf_counter()
-        if state.global_step % self.every and state.global_step != state.max_steps:
+        last = state.global_step == state.max_steps or control.should_training_stop
+        if state.global_step % self.every and not last:
             return
         seconds, begin = self.train_seconds(), time.perf_counter()
         self.curves.last = evaluate_masked(model, self.batches)
@@ -65,6 +68,26 @@ class HeldOutCurve(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         self.paused_seconds += time.perf_counter() - self._save_began
+
+
+class StopAtDeadline(TrainerCallback):
+    """Stops training when one more step, at the slowest of the last ones, would end after `deadline`
+    (a `time.perf_counter()` value; `clock` for tests); `stopped_at` is then the last step trained."""
+
+    def __init__(self, deadline: float, clock=time.perf_counter):
+        self.deadline, self.clock = deadline, clock
+        self.stopped_at: int | None = None
+        self._last: float | None = None
+        self._recent: list[float] = []
+
+    def on_step_end(self, args, state, control, **kwargs):
+        now = self.clock()
+        if self._last is not None:
+            self._recent = [*self._recent[-4:], now - self._last]
+        self._last = now
+        if self._recent and now + max(self._recent) > self.deadline and state.global_step < state.max_steps:
+            self.stopped_at = state.global_step
+            control.should_training_stop = True
 
 
 class StopOnNonFinite(TrainerCallback):

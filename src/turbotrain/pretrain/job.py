@@ -1,7 +1,9 @@
 """The main job: pretrain a RoBERTa-style masked LM from scratch on the built-in corpus (or your files).
 
-Steps: lock and check the output directory -> collect the corpus -> train a byte-level BPE tokenizer ->
-paragraphs at natural length, 3% held out with fixed masks (data.py) -> train with `TurboTrainer`
+Steps: lock and check the output directory -> torch's threads (threads.py) -> collect the corpus -> train a
+byte-level BPE tokenizer -> paragraphs at natural length, 3% held out with fixed masks (data.py) -> the run's
+size: `--minutes` (default 10) times this machine's steps and plans model, steps and schedule to end within
+the budget, `--steps N` trains N steps (sizing.py) -> train with `TurboTrainer`
 (padding-free packing, label sparsity; committed checkpoints every `save_steps`, `--resume`; SIGINT /
 SIGTERM save and stop; a non-finite loss, grad norm or weight stops the run keeping the last good
 checkpoint) -> held-out loss, top-1/top-5 against the unigram baseline -> `save_pretrained` -> a stock
@@ -19,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 
 from turbotrain.checkpoints import last_complete_checkpoint
-from turbotrain.pretrain.callbacks import Curves, HeldOutCurve, StopOnNonFinite, StopOnSignal
+from turbotrain.pretrain.callbacks import Curves, HeldOutCurve, StopAtDeadline, StopOnNonFinite, StopOnSignal
 from turbotrain.pretrain.compare import TimeToQuality, time_to_quality
 from turbotrain.pretrain.config import PretrainConfig
 from turbotrain.pretrain.guard import OutputDirLock
@@ -27,7 +29,9 @@ from turbotrain.pretrain.metrics import HeldOut
 from turbotrain.pretrain.probes import Guess, choose_probes, fill_mask
 from turbotrain.pretrain.quiet import quiet_libraries
 from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
+from turbotrain.pretrain.sizing import size_run
 from turbotrain.pretrain.summary import print_data, print_summary
+from turbotrain.pretrain.threads import set_threads
 from turbotrain.utils.plotting import is_matplotlib_available
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
@@ -47,6 +51,9 @@ class PretrainResult:
     tokens_per_second: float
     guesses: list[Guess]
     curves: Curves
+    steps: int = 0
+    wall_seconds: float = 0.0  # the whole job, from run_pretrain's start to the summary
+    planned_steps: int | None = None  # a budgeted run's plan, when the deadline stopped it before
     stopped_by: str | None = None
     compare: TimeToQuality | None = None
     plot: Path | None = None
@@ -59,20 +66,25 @@ class PretrainResult:
 MASKED_SHARE = 0.15  # the collator's mlm_probability (pretrain/data.py)
 
 
-def run_pretrain(cfg: PretrainConfig, console: Console | None = None) -> PretrainResult:
+def run_pretrain(cfg: PretrainConfig, console: Console | None = None, measure=None) -> PretrainResult:
+    """`measure`: the speed probe (speed.measure_speed; tests pass their own)."""
+    started = time.perf_counter()
     console = console or Console(quiet=not cfg.progress, soft_wrap=True)
     quiet_libraries()
     with OutputDirLock(cfg.output_dir):
+        console.print(set_threads(cfg.threads).line())
         with console.status("Collecting the corpus and training the tokenizer..."):
             prepared = prepare(cfg)
+        cfg, plan = size_run(cfg, prepared, console, started, measure)
         print_data(console, cfg, prepared)
         stock = _train_stock(cfg, prepared, console) if cfg.compare else None
-        return _train_turbo(cfg, prepared, console, stock)
+        deadline = started + plan.deadline_seconds if plan and not (cfg.resume or cfg.compare) else None
+        return _train_turbo(cfg, prepared, console, stock, deadline, started)
 
 
 def _train_stock(cfg: PretrainConfig, prepared: Prepared, console: Console) -> Curves:
     console.print("[bold]--compare[/]: training the same model with stock Trainer first (same seed, same batches)")
-    curve = HeldOutCurve(prepared.data.eval_batches, cfg.eval_steps, "stock")
+    curve = HeldOutCurve(prepared.data.eval_batches, cfg.evaluate_every, "stock")
     trainer = make_trainer(cfg, prepared, str(Path(cfg.output_dir) / "compare-stock"), [curve], stock=True)
     with StopOnSignal() as stop:
         trainer.add_callback(stop)
@@ -82,10 +94,18 @@ def _train_stock(cfg: PretrainConfig, prepared: Prepared, console: Console) -> C
     return curve.curves
 
 
-def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stock: Curves | None) -> PretrainResult:
-    curve, finite = HeldOutCurve(prepared.data.eval_batches, cfg.eval_steps, "turbotrain"), StopOnNonFinite()
+def _train_turbo(
+    cfg: PretrainConfig,
+    prepared: Prepared,
+    console: Console,
+    stock: Curves | None,
+    deadline: float | None = None,
+    started: float | None = None,
+) -> PretrainResult:
+    curve, finite = HeldOutCurve(prepared.data.eval_batches, cfg.evaluate_every, "turbotrain"), StopOnNonFinite()
+    timer = [StopAtDeadline(deadline)] if deadline is not None else []
     with StopOnSignal() as stop:
-        trainer = make_trainer(cfg, prepared, cfg.output_dir, [stop, finite, curve])
+        trainer = make_trainer(cfg, prepared, cfg.output_dir, [*timer, stop, finite, curve])
         start = time.perf_counter()
         trainer.train(resume_from_checkpoint=True if cfg.resume else None)
         seconds = time.perf_counter() - start - curve.paused_seconds
@@ -111,6 +131,8 @@ def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stoc
         tokens / max(seconds, 1e-9),
         [],
         curve.curves,
+        steps=trainer.state.global_step,
+        planned_steps=cfg.steps if timer and timer[0].stopped_at is not None else None,
     )
     if stop.received is not None:
         result.stopped_by = stop.name
@@ -119,11 +141,13 @@ def _train_turbo(cfg: PretrainConfig, prepared: Prepared, console: Console, stoc
             f"{last_complete_checkpoint(output_dir)}; continue with the same command and --resume"
         )
         return result
-    _finish(cfg, prepared, trainer, result, stock, console)
+    _finish(cfg, prepared, trainer, result, stock, console, started)
     return result
 
 
-def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console) -> None:
+def _finish(
+    cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console, started=None
+) -> None:
     trainer.save_model(str(result.output_dir))
     prepared.tokenizer.save_pretrained(str(result.output_dir))
     result.guesses = fill_mask(
@@ -139,6 +163,7 @@ def _finish(cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Cur
         result.plot = plot_losses(
             runs, result.output_dir / "loss.png", result.compare.target_loss if result.compare else None
         )
+    result.wall_seconds = time.perf_counter() - started if started is not None else result.train_seconds
     print_summary(console, result)
     console.print("MFU: " + _mfu_line(trainer, prepared, result))
     if cfg.export_onnx:

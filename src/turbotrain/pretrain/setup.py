@@ -41,8 +41,8 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
     common = dict(
         output_dir=output_dir,
         per_device_train_batch_size=cfg.batch_size,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate,
+        max_steps=cfg.steps,
+        learning_rate=cfg.lr,
         warmup_steps=cfg.warmup,
         lr_scheduler_type=cfg.lr_scheduler,
         weight_decay=0.01,
@@ -50,7 +50,7 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
         logging_steps=cfg.logging_steps,
         eval_strategy="no",
         save_strategy="no" if stock else "steps",
-        save_steps=cfg.save_steps,
+        save_steps=cfg.save_every,
         save_total_limit=2,
         report_to="none",
         seed=cfg.seed,
@@ -63,8 +63,14 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
         return TrainingArguments(**common)
     # the job trains with dropout on padded sentences: packing them draws other dropout masks than stock's
     # padded batches (same distribution), which this job accepts for the speed (--compare measures quality)
+    # a budgeted run: auto's one-time inductor measurement (compile 58 s on a 2-core EPYC) is not in the plan
+    options = {"min_steps": cfg.steps + 1} if cfg.backend == "auto" and not cfg.measure_backend else None
     return TurboTrainingArguments(
-        **common, backend=cfg.backend, label_sparsity=cfg.label_sparsity, padding_free_with_dropout=True
+        **common,
+        backend=cfg.backend,
+        backend_options=options,
+        label_sparsity=cfg.label_sparsity,
+        padding_free_with_dropout=True,
     )
 
 

@@ -21,14 +21,17 @@ def print_data(console: Console, cfg, prepared) -> None:
         f"({data.eval_masked_tokens:,} masked tokens, fixed masks)"
     )
     console.print(
-        f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.max_steps} steps "
-        f"of {cfg.batch_size} paragraphs, lr {cfg.learning_rate:g} ({cfg.lr_scheduler}, "
+        f"model: RoBERTa h{cfg.hidden_size} L{cfg.num_layers} heads {cfg.num_heads}; {cfg.steps:,} steps "
+        f"of {cfg.batch_size} paragraphs, lr {cfg.lr:g} ({cfg.lr_scheduler}, "
         f"{cfg.warmup} warm-up); {resolve_precision(cfg.bf16).label}"
     )
 
 
 def print_summary(console: Console, result) -> None:
     held = result.held_out
+    minutes, seconds = divmod(round(result.wall_seconds), 60)
+    cut = f" (of {result.planned_steps:,} planned: the time budget ran out first)" if result.planned_steps else ""
+    console.print(f"[bold]{result.steps:,} steps{cut} in {minutes} min {seconds:02d} s[/] (the whole job so far)")
     if held is not None:
         console.print(
             f"held-out: loss {held.loss:.3f} (perplexity {math.exp(min(held.loss, 50)):.1f}), masked-token "
