@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
+from turbotrain.torch_boundary import tensor_version
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 BF16 = torch.bfloat16
@@ -121,11 +122,11 @@ def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered."""
     if t.is_leaf and t.requires_grad:
         hit = _CACHE.get(id(t))
-        if hit is not None and hit[0] is t and hit[1] == t._version:
+        if hit is not None and hit[0] is t and hit[1] == tensor_version(t):
             return hit[2], hit[3]
         low = t.to(BF16)
         high = low.detach().float()
-        _CACHE[id(t)] = (t, t._version, low, high)
+        _CACHE[id(t)] = (t, tensor_version(t), low, high)
         _FP32_OF[id(low)] = high
         return low, high
     low = t.to(BF16)
