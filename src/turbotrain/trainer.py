@@ -19,6 +19,9 @@ which forwards them to the public `turbo_*` methods here:
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
   fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
   notice is silenced (utils/warnings.py).
+* a bf16 run on a CPU decides `bf16_emulation` once (one line logged: stock's path, turbotrain's, the probe's
+  speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
+  (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer, and on an
   accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
