@@ -18,7 +18,7 @@ PACKAGE = Path(torch_boundary.__file__).parent
 BOUNDARIES = {Path(torch_boundary.__file__), Path(jax_boundary.__file__)}
 ROOTS = ("torch", "jax", "jaxlib", "jnp")  # names a private is reached through
 # private attributes of torch and jax objects the boundaries read or write
-PRIVATE_ATTRIBUTES = ("_compiled_call_impl", "_schema", jax_boundary.JIT_CACHE_SIZE)
+PRIVATE_ATTRIBUTES = ("_compiled_call_impl", "_schema", "_version", jax_boundary.JIT_CACHE_SIZE)
 
 
 def test_inductor_takes_config_patches_with_the_exact_keys():

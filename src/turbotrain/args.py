@@ -26,6 +26,7 @@ import torch
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from turbotrain.backends import AUTO, backend_class
+from turbotrain.bf16_emulation import SETTINGS
 from turbotrain.passes import registry
 from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
 
@@ -73,6 +74,14 @@ class TurboOptions:
             "examples (token_budget.py; pairs well with padding_free)."
         ),
     )
+    bf16_emulation: str = field(
+        default="auto",
+        metadata=_help(
+            "A bf16 run on a CPU: 'auto' runs autocast's bf16 matmuls as fp32 GEMMs on bf16-rounded inputs, output "
+            "rounded to bf16, where the CPU has no bf16 units (no amx_bf16/avx512_bf16) and a short probe finds it "
+            "faster; 'on' always, 'off' never (bf16_emulation.py)."
+        ),
+    )
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
@@ -92,6 +101,8 @@ class TurboOptions:
             from turbotrain.token_budget import require_support
 
             require_support()
+        if self.bf16_emulation not in SETTINGS:
+            raise ValueError(f"bf16_emulation must be one of {SETTINGS}, got {self.bf16_emulation!r}")
         if self.backend_options is not None and not isinstance(self.backend_options, dict):
             raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
         backend.options_class.from_dict(self.backend_options, self.backend)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
+from turbotrain import bf16_emulation
 from turbotrain.passes import registry
 from turbotrain.trackers import report_summary
 
@@ -32,6 +33,15 @@ def summary_line(backend_summary: str, applied: list[str], optim: str, not_activ
     if not_active:
         line += "; not active: " + "; ".join(f"{name} ({why})" for name, why in not_active.items())
     return line
+
+
+def emulation_note(emulating: bool, has_units: bool | None = None) -> str:
+    """The summary's bf16 emulation part (bf16_emulation.py): empty when it is off."""
+    if not emulating:
+        return ""
+    if has_units is None:
+        has_units = bf16_emulation.has_bf16_units()
+    return "; " + (bf16_emulation.SUMMARY if not has_units else "bf16 emulated in fp32 GEMMs (bf16_emulation='on')")
 
 
 def active_labels(report) -> list[str]:

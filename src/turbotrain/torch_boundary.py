@@ -20,6 +20,7 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `backward_task_id()`: an id of the running backward pass (the engine's graph task).
 * `will_accumulate(accumulator)`: whether the running backward executes a leaf's gradient accumulator (a
   `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
+* `tensor_version(tensor)`: the tensor's in-place update counter (autocast's cast cache keys on it too).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "no_duck_shapes",
     "op_arguments",
     "uncompile",
+    "tensor_version",
     "will_accumulate",
 ]
 
@@ -128,3 +130,7 @@ def will_accumulate(accumulator) -> bool:
         return bool(torch._C._will_engine_execute_node(accumulator))
     except RuntimeError:
         return False
+
+
+def tensor_version(tensor: torch.Tensor) -> int:
+    return tensor._version

@@ -21,6 +21,9 @@ which forwards them to the public `turbo_*` methods here:
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
   fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
   notice is silenced (utils/warnings.py).
+* a bf16 run on a CPU decides `bf16_emulation` once (one line logged: stock's path, turbotrain's, the probe's
+  speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
+  (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the padding-free packer, and on an
   accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
@@ -60,7 +63,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import checkpoints, device_step
+from turbotrain import bf16_emulation, checkpoints, device_step
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
@@ -71,7 +74,7 @@ from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
 from turbotrain.passes.registry import trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
-from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
+from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.trl_arguments import as_sft_config
 from turbotrain.trl_boundary import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
@@ -108,7 +111,30 @@ class TurboMixin(TrainerBoundary):
         self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
+        self.turbo_bf16_emulation = self._turbo_decide_emulation()
         quiet_cpu_pin_memory()
+
+    def _turbo_decide_emulation(self) -> bool:
+        """Emulate bf16 matmuls in fp32 GEMMs (bf16_emulation.py)? Only a bf16 CPU run asks; one line logged."""
+        if not (self.args.bf16 and self.args.device.type == "cpu"):
+            return False
+        setting = self.turbo_options.bf16_emulation
+        on, measured = bf16_emulation.decide(setting)
+        if measured is not None or setting != "auto":
+            log_once(bf16_emulation.decision_line(on, measured, setting), logging.WARNING)
+        return on
+
+    def _turbo_emulating(self):
+        return bf16_emulation.Bf16Emulation() if self.turbo_bf16_emulation else contextlib.nullcontext()
+
+    def training_step(self, *args, **kwargs):
+        """Trainer's step, inside the bf16 emulation where it is on (forward and backward both)."""
+        with self._turbo_emulating():
+            return super().training_step(*args, **kwargs)
+
+    def prediction_step(self, *args, **kwargs):
+        with self._turbo_emulating():
+            return super().prediction_step(*args, **kwargs)
 
     def turbo_summary(self) -> str:
         """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
@@ -116,7 +142,8 @@ class TurboMixin(TrainerBoundary):
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
         lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}
         missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped, lacks)
-        return summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
+        line = summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
+        return line + emulation_note(getattr(self, "turbo_bf16_emulation", False))
 
     def create_optimizer(self, model=None):
         """Trainer's optimizer, made with `optim` the one this run uses (the fused AdamW where the device has it:
