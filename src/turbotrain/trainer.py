@@ -38,7 +38,8 @@ for them (one warning) instead of changing the numbers. Padding-free packing cha
 it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
-answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
+answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
+(`integrations/trl.py: fused_call_weighting`; passes/fused_head_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`integrations/trl.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
@@ -60,7 +61,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
+from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, fused_call_weighting
 from turbotrain.integrations.trl_arguments import as_sft_config
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
@@ -123,7 +124,7 @@ class TurboMixin(TrainerBoundary):
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
             self.turbo_report = optimize(
-                model, **self.turbo_options.pass_options(), fused_head_calls=sums_log_probs(self)
+                model, **self.turbo_options.pass_options(), fused_head_calls=fused_call_weighting(self)
             )
         return self.backend.wrap_model(model)
 
