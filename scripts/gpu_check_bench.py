@@ -17,7 +17,7 @@ tasks); `torch_compile` (Trainer(torch_compile=True)); `liger` (use_liger_kernel
 installed and has kernels for the model: Qwen2); `turbotrain` (TurboTrainer, default options).
 Measured per peer: `warmup` untimed steps, then `steps` timed (CUDA synchronised at every step boundary).
 tokens/s: real (unpadded) input tokens per second (asr: target tokens); MFU: the FLOPs the batch needs
-(bench/flops.py with packed=True, sparse_head=True: real tokens through the body, labelled rows through
+(measure/flops.py with packed=True, sparse_head=True: real tokens through the body, labelled rows through
 the head, Σ length² of attention; asr: encoder frames, decoder tokens and cross-attention added) per
 second over the H200's dense bf16 peak, 989.4 TFLOP/s (datasheet; ~790 measured on random data here), the
 same numerator for every peer; peak memory: torch.cuda.max_memory_allocated; loss vs stock: the largest
@@ -387,28 +387,6 @@ def run_peer(task: str, peer: str, model, examples, device: torch.device, quick:
         "losses": losses,
         "summary": getattr(trainer, "turbo_summary", lambda: "")(),
     }
-
-
-def trainer_losses(model, device: torch.device, steps: int, backend: str | None) -> list[float]:
-    """Per-step losses of `steps` fp32 steps of stock Trainer (backend None) or TurboTrainer on `backend`."""
-    from scripts.gpu_check_parity import padded_batch
-
-    data = []
-    for seed in range(steps * 4):
-        one = padded_batch(model, lengths=(12,), keep=1.0, seed=seed)
-        data.append({"input_ids": one["input_ids"][0].tolist(), "labels": one["labels"][0].tolist()})
-    with tempfile.TemporaryDirectory() as tmp:
-        kw = dict(common_arguments(tmp, Sizes(0, 0, 0, 4, 12, 0, steps), device, False), bf16=False)
-        if backend is None:
-            trainer = Trainer(
-                model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=PadCollator(0)
-            )
-        else:
-            args = TurboTrainingArguments(**kw, backend=backend)
-            trainer = TurboTrainer(model=model, args=args, train_dataset=data, data_collator=PadCollator(0))
-        trainer.remove_callback(PrinterCallback)
-        trainer.train()
-    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
 def loss_difference(losses: list[float], stock: list[float]) -> float | None:

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import tempfile
 import time
 import traceback
 import warnings
 from dataclasses import dataclass
 
 import torch
+from scripts.gpu_check_bench import PadCollator, Sizes, common_arguments
+from transformers import Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback
 
-from turbotrain import optimize
+from turbotrain import TurboTrainer, TurboTrainingArguments, optimize
 from turbotrain.backends import BackendUnavailable
 from turbotrain.passes.embedding_grad import apply_embedding_grad
 from turbotrain.passes.fused_optimizer import fused_adamw
@@ -391,8 +395,6 @@ def _xla_row(device: torch.device, quick: bool) -> dict:
     if missing:
         return {**row, "result": "skipped", "note": f"not installed: {', '.join(missing)}"}
     try:
-        from scripts.gpu_check_bench import trainer_losses
-
         stock = trainer_losses(tiny_model("gpt2"), device, steps=3, backend=None)
         xla = trainer_losses(tiny_model("gpt2"), device, steps=3, backend="xla")
     except Exception as error:
@@ -400,6 +402,26 @@ def _xla_row(device: torch.device, quick: bool) -> dict:
     worst = max(abs(a - b) / max(abs(a), 1e-12) for a, b in zip(stock, xla))
     ok = worst <= 1e-4
     return {**row, "loss rel. diff": f"{worst:.2e}", "result": "PASS" if ok else "FAIL", "note": f"losses {xla}"}
+
+
+def trainer_losses(model, device: torch.device, steps: int, backend: str | None) -> list[float]:
+    """Per-step losses of `steps` fp32 steps of stock Trainer (backend None) or TurboTrainer on `backend`."""
+    data = []
+    for seed in range(steps * 4):
+        one = padded_batch(model, lengths=(12,), keep=1.0, seed=seed)
+        data.append({"input_ids": one["input_ids"][0].tolist(), "labels": one["labels"][0].tolist()})
+    with tempfile.TemporaryDirectory() as tmp:
+        kw = dict(common_arguments(tmp, Sizes(0, 0, 0, 4, 12, 0, steps), device, False), bf16=False)
+        if backend is None:
+            trainer = Trainer(
+                model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=PadCollator(0)
+            )
+        else:
+            args = TurboTrainingArguments(**kw, backend=backend)
+            trainer = TurboTrainer(model=model, args=args, train_dataset=data, data_collator=PadCollator(0))
+        trainer.remove_callback(PrinterCallback)
+        trainer.train()
+    return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
 def _one_line(error: BaseException) -> str:

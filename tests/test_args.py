@@ -111,3 +111,16 @@ def test_turbo_arguments_of_any_class_survive_a_checkpoint_save_and_a_fresh_proc
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["TurboScriptArguments", "7", "False", "2"]
+
+
+def test_the_backend_options_help_names_every_backends_every_option():
+    import re
+    from dataclasses import fields
+
+    from turbotrain.backends.registry import backend_class, backend_names
+
+    text = next(f for f in fields(TurboOptions) if f.name == "backend_options").metadata["help"]
+    for name in backend_names():
+        options = {option.name for option in fields(backend_class(name).options_class)}
+        named = re.search(rf"\b{name} \(([^)]*)\)", text)
+        assert not options or (named and options <= set(re.findall(r"\w+", named.group(1)))), name

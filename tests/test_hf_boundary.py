@@ -7,6 +7,7 @@ import ast
 import inspect
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import transformers
@@ -162,3 +163,8 @@ def test_the_scan_would_catch_a_private_use(tmp_path):
     sneaky = tmp_path / "sneaky.py"
     sneaky.write_text("def f(trainer):\n    return trainer._get_output_dir(None)\n")
     assert "_get_output_dir" in set(private_uses(sneaky)) & transformers_private_names()
+
+
+def test_sharded_parameters_are_detected():
+    assert hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=True))
+    assert not hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False))

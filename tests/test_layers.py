@@ -1,12 +1,15 @@
 """The package's layers, read from its source: every module parsed with `ast`, imports inside functions
 counted too (a lazy import is still a dependency).
 
-* Nothing below the trainer imports what stands above it: the benchmark (`bench/`), the main job
-  (`pretrain/`), the command line (`cli`), the demo data (`data/`: the built-in corpus, chat rows,
-  speech), the pretraining shape (`models`), the TRL facade (`sft`) or the package's lazy front
-  (`turbotrain/__init__`, `__main__`). Below it: `passes/`, `backends/`, `modeling`, `hf_boundary`,
-  `measure/`, `utils/`, `export/`, `ondevice/`, `integrations/`, `trainer`, `args` and the rest.
-* No import circle: no two modules reach each other through imports.
+Folders are layers. A unit is a folder right under `src/turbotrain/` (`passes/`, `backends/`...) or a module
+standing at the top (`trainer.py`, `hf_boundary.py`...); each unit belongs to one layer (`LAYERS`, lowest
+first; why each stands where it does: docs/architecture.md, "Layers"), and a unit imports only units of its
+own layer or of the layers below.
+
+No circle between units (a folder with its subfolders is one unit: `backends/` registers `backends/xla/`,
+which builds on `backends/base.py`), and no import circle between modules. A unit missing from `LAYERS`
+fails the test (a new folder or top module is placed on purpose), and so does a unit `LAYERS` names that
+is gone.
 
 An import resolves to the most specific module that exists (`from turbotrain.passes import packing`
 is `turbotrain.passes.packing`; `from turbotrain.backends import get_backend` is the package
@@ -21,15 +24,32 @@ from pathlib import Path
 import turbotrain
 
 PACKAGE_DIR = Path(turbotrain.__file__).parent
-ABOVE_THE_TRAINER = (
-    "turbotrain.bench",
-    "turbotrain.pretrain",
-    "turbotrain.cli",
-    "turbotrain.data",
-    "turbotrain.models",
-    "turbotrain.sft",
-    "turbotrain.__main__",
+LAYERS = (
+    # the boundaries with other libraries' names, the private batch keys, and the on-device runtime (no torch)
+    ("ground", ("utils", "hf_boundary", "torch_boundary", "jax_boundary", "trl_boundary", "batch_keys", "ondevice")),
+    ("modeling", ("modeling", "measure")),
+    ("passes", ("passes", "export")),  # the exact rewrites: in PyTorch, and into ONNX training graphs
+    ("backends", ("backends",)),
+    (
+        "trainer and args",  # and what only they and those above use
+        (
+            "trainer",
+            "args",
+            "trl_arguments",
+            "summary",
+            "trackers",
+            "bf16_hint",
+            "checkpoints",
+            "token_budget",
+            "device_step",
+            "compiled_step",
+        ),
+    ),
+    ("launch and integrations", ("launch", "sft", "__init__")),  # __init__: the lazy front, `sft`'s names among its
+    ("bench and pretrain", ("bench", "pretrain", "data")),
+    ("cli", ("cli", "__main__")),
 )
+LAYER_OF = {unit: level for level, (_, units) in enumerate(LAYERS) for unit in units}
 
 
 def module_sources(root: Path = PACKAGE_DIR, package: str = "turbotrain") -> dict[str, tuple[str, bool]]:
@@ -71,17 +91,36 @@ def import_graph(modules: dict[str, tuple[str, bool]]) -> dict[str, set[str]]:
     return {name: imported_modules(name, source, is_package, known) for name, (source, is_package) in modules.items()}
 
 
-def is_above(module: str) -> bool:
-    return module == "turbotrain" or any(module == top or module.startswith(top + ".") for top in ABOVE_THE_TRAINER)
+def unit_of(module: str) -> str:
+    """The folder right under the package (`passes`), or the top module (`trainer`; `__init__` for the package)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def unit_graph(graph: dict[str, set[str]], unit) -> dict[str, set[str]]:
+    """The module graph seen from units (`unit(module)`): an arrow wherever a module of one imports one of another."""
+    units: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        units.setdefault(unit(module), set()).update(unit(target) for target in targets)
+    return {name: targets - {name} for name, targets in units.items()}
+
+
+def unplaced_units(graph: dict[str, set[str]]) -> list[str]:
+    return sorted({unit_of(module) for module in graph} - set(LAYER_OF))
+
+
+def stale_units(graph: dict[str, set[str]]) -> list[str]:
+    """Units `LAYERS` names that no module is (a folder or module gone: its line goes too)."""
+    return sorted(set(LAYER_OF) - {unit_of(module) for module in graph})
 
 
 def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of a unit of a higher layer, named module by module."""
     return sorted(
-        f"{module} imports {target}"
+        f"{module} ({LAYERS[LAYER_OF[unit_of(module)]][0]}) imports {target} ({LAYERS[LAYER_OF[unit_of(target)]][0]})"
         for module, targets in graph.items()
-        if not is_above(module)
         for target in targets
-        if is_above(target)
+        if LAYER_OF.get(unit_of(target), -1) > LAYER_OF.get(unit_of(module), len(LAYERS))
     )
 
 
@@ -120,30 +159,50 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_nothing_below_the_trainer_imports_the_layers_above_it():
+def test_every_folder_and_top_module_has_its_layer():
     graph = import_graph(module_sources())
     assert {"turbotrain.trainer", "turbotrain.measure.flops", "turbotrain.bench.runner"} <= set(graph)
-    assert layer_violations(graph) == []
+    assert unplaced_units(graph) == []
+    assert stale_units(graph) == []
+
+
+def test_no_unit_imports_a_layer_above_its_own():
+    assert layer_violations(import_graph(module_sources())) == []
+
+
+def test_no_circle_between_folders():
+    assert circles(unit_graph(import_graph(module_sources()), unit_of)) == []
 
 
 def test_the_package_has_no_import_circle():
     assert circles(import_graph(module_sources())) == []
 
 
-def test_a_lazy_import_of_the_benchmark_and_a_circle_are_found(tmp_path):
-    """The checks above would fail: a function-level import below the trainer, and a relative-import circle."""
+def test_a_lazy_import_upward_and_circles_are_found(tmp_path):
+    """The checks above would fail: a function-level import of a higher layer, a module circle, a circle of
+    folders that no module circle shows (a.py -> backends/x.py, backends/y.py -> a.py), and a new folder."""
     files = {
         "__init__.py": "",
         "bench/__init__.py": "",
         "bench/peak.py": "",
+        "backends/__init__.py": "",
+        "backends/x.py": "",
+        "backends/y.py": "from turbotrain.passes import a\n",
         "passes/__init__.py": "",
-        "passes/a.py": "def f():\n    from turbotrain.bench import peak\n\nfrom . import b\n",
+        "passes/a.py": "def f():\n    from turbotrain.bench import peak\n\nfrom . import b\nfrom ..backends import x\n",
         "passes/b.py": "from .a import f\n",
+        "newfolder/__init__.py": "",
     }
     for relative, text in files.items():
         path = tmp_path / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)
     graph = import_graph(module_sources(tmp_path))
-    assert layer_violations(graph) == ["turbotrain.passes.a imports turbotrain.bench.peak"]
+    assert layer_violations(graph) == [
+        "turbotrain.passes.a (passes) imports turbotrain.backends.x (backends)",
+        "turbotrain.passes.a (passes) imports turbotrain.bench.peak (bench and pretrain)",
+    ]
     assert circles(graph) == [["turbotrain.passes.a", "turbotrain.passes.b"]]
+    assert circles(unit_graph(graph, unit_of)) == [["backends", "passes"]]
+    assert unplaced_units(graph) == ["newfolder"]
+    assert "trainer" in stale_units(graph) and "passes" not in stale_units(graph)

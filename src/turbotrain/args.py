@@ -63,7 +63,7 @@ class TurboOptions:
         metadata=_help(
             "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
             "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
-            "length_buckets, label_row_buckets, matmul_precision); unknown keys are an error."
+            "length_buckets, label_row_buckets, matmul_precision, shard, host_timeout_s); unknown keys are an error."
         ),
     )
     max_tokens_per_batch: int | None = field(

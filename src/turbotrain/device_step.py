@@ -1,11 +1,11 @@
-"""What the trainer decides from where the step runs: the training collator, and whether parameters are sharded.
+"""What the trainer decides from where the step runs: the training collator.
 
 * `train_collator(trainer)`: the user's collator, then padding-free's packer (if installed), then, when the
   step runs on an accelerator inside Trainer's own loop, label sparsity's kept rows chosen on the host
   (passes/host_rows.py), so the step has no `nonzero` to wait for. None when nothing wraps the collator.
   A backend with a loop of its own (xla) shapes its batches itself and gets no host rows.
-* `shards_parameters(trainer)`: FSDP or DeepSpeed ZeRO-3 holds each parameter as a shard of a flat buffer
-  (passes that return sparse gradients refuse then).
+
+Whether parameters are sharded (FSDP, ZeRO-3) is `hf_boundary.shards_parameters`.
 """
 
 from __future__ import annotations
@@ -29,14 +29,3 @@ def train_collator(trainer):
 def _runs_trainer_step(backend: Backend) -> bool:
     """Trainer's own loop calls the model with the batch (a backend with its own loop replaces it)."""
     return type(backend).training_loop is Backend.training_loop
-
-
-def shards_parameters(trainer) -> bool:
-    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
-    if getattr(trainer, "is_fsdp_enabled", False):
-        return True
-    if not getattr(trainer, "is_deepspeed_enabled", False):
-        return False
-    from transformers.integrations import is_deepspeed_zero3_enabled
-
-    return bool(is_deepspeed_zero3_enabled())

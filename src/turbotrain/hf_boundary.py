@@ -16,7 +16,8 @@ Two kinds of use:
   resume, loss tracking, log/save/evaluate, finalize), and single private attributes
   (`attention_implementation`; `set_attention_implementation` switches it through the public
   `set_attn_implementation`, for padding-free's packed attention), and the decoder inputs a sequence-to-sequence model builds from its labels
-  (`decoder_input_ids_from_labels`).
+  (`decoder_input_ids_from_labels`), and whether FSDP or DeepSpeed ZeRO-3 shards the parameters
+  (`shards_parameters`: each parameter a shard of a flat buffer; passes that return sparse gradients refuse then).
 """
 
 from __future__ import annotations
@@ -191,3 +192,14 @@ def log_save_evaluate(trainer: Trainer, grad_norm, trial, epoch, ignore_keys, st
 
 def finalize_training(trainer: Trainer, trial, num_train_samples, start_time):
     return trainer._finalize_training(trial, num_train_samples, start_time)
+
+
+def shards_parameters(trainer: Trainer) -> bool:
+    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
+    if getattr(trainer, "is_fsdp_enabled", False):
+        return True
+    if not getattr(trainer, "is_deepspeed_enabled", False):
+        return False
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    return bool(is_deepspeed_zero3_enabled())

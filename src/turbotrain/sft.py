@@ -9,8 +9,8 @@ importing this module without it raises an ImportError naming `pip install 'turb
 from __future__ import annotations
 
 from turbotrain.args import turbo_arguments
-from turbotrain.integrations.trl import sft_classes
 from turbotrain.trainer import turbo
+from turbotrain.trl_boundary import sft_classes
 
 SFTConfig, SFTTrainer = sft_classes("TurboSFTTrainer and TurboSFTConfig")
 TurboSFTConfig = turbo_arguments(SFTConfig)

@@ -13,7 +13,7 @@ which forwards them to the public `turbo_*` methods here:
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
   `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
-  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`integrations/trl_arguments.py`).
+  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`trl_arguments.py`).
 * `__init__` also adds the backend's callbacks (`auto` times steps with one) and the summary callback:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
@@ -39,8 +39,8 @@ it steps aside (one log line) for trainers that compute their own loss other tha
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
-(`integrations/trl.py: fused_call_weighting`; passes/fused_head_calls.py),
-and TRL trainers get their `num_tokens` metric counted on real tokens (`integrations/trl.py`: all of TRL).
+(`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py),
+and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched.
@@ -61,8 +61,6 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.integrations.trl import TrlTokenCount, counts_tokens_from_mask, fused_call_weighting
-from turbotrain.integrations.trl_arguments import as_sft_config
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
@@ -70,6 +68,8 @@ from turbotrain.passes.registry import trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
+from turbotrain.trl_arguments import as_sft_config
+from turbotrain.trl_boundary import TrlTokenCount, counts_tokens_from_mask, fused_call_weighting
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")

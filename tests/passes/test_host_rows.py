@@ -117,8 +117,3 @@ def test_trainer_adds_host_rows_only_on_an_accelerator_inside_trainers_loop():
     assert isinstance(device_step.train_collator(fake_trainer("cuda", Backend())), host_rows.HostRowsCollator)
     assert not isinstance(device_step.train_collator(fake_trainer("cuda", OwnLoop())), host_rows.HostRowsCollator)
     assert device_step.train_collator(fake_trainer("cpu", Backend(), padding_free=False)) is None
-
-
-def test_sharded_parameters_are_detected():
-    assert device_step.shards_parameters(SimpleNamespace(is_fsdp_enabled=True))
-    assert not device_step.shards_parameters(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False))

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbotrain import modeling
+from turbotrain.hf_boundary import shards_parameters
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.tied_rows import TiedRows
 from turbotrain.utils.warnings import log_once, warn_once
@@ -234,9 +235,7 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
 def trainer_refusal(trainer) -> str | None:
     """Why this trainer's run should keep the stock embedding backward: the buffer pays on the CPU only, and
     sharded parameters (FSDP / ZeRO-3) take no sparse gradient."""
-    from turbotrain import device_step  # the trainer's device and sharding, asked only by a trainer
-
-    return refusal(trainer.args.device, sharded=device_step.shards_parameters(trainer))
+    return refusal(trainer.args.device, sharded=shards_parameters(trainer))
 
 
 register_pass(

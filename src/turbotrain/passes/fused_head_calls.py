@@ -16,7 +16,7 @@ The gradient reaches the model through `log_probs` (TRL's loss is their sum time
 the chunked head's pre-summed weight gradient requires).
 
 Composed for a trainer whose weighting of the per-token log-probabilities is known (the trainer asks for
-it: `integrations/trl.py: fused_call_weighting`):
+it: `trl_boundary.py: fused_call_weighting`):
 * `EQUAL`: `turbo(SFTTrainer)` with `loss_type="nll"`, one weight for every token: the chunked head's op
   with dW summed in the forward (chunked_ce.py);
 * `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import torch
 
-from turbotrain.integrations.trl import FUSED_LM_HEAD, fused_output_class
+from turbotrain.trl_boundary import FUSED_LM_HEAD, fused_output_class
 from turbotrain.utils.warnings import log_once
 
 FLAG = FUSED_LM_HEAD

@@ -368,7 +368,7 @@ def loss_reads_rows(trainer) -> str | None:
     rows), or None for Trainer's own loss and TRL's SFTTrainer's."""
     from transformers import Trainer
 
-    from turbotrain.integrations.trl import sums_tokens
+    from turbotrain.trl_boundary import sums_tokens
 
     if type(trainer).compute_loss is Trainer.compute_loss or sums_tokens(trainer):
         return None

@@ -45,8 +45,8 @@ from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.chat import ROW_KINDS, SftData, build_sft_data
 from turbotrain.data.long_rows import LONGEST, build_long_rows
 from turbotrain.data.variable import length_histogram
-from turbotrain.integrations.trl import sft_classes
 from turbotrain.trainer import turbo
+from turbotrain.trl_boundary import sft_classes
 from turbotrain.utils.imports import require
 
 SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")

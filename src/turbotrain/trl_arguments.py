@@ -4,13 +4,14 @@
 arguments (`TurboTrainingArguments`, or `TrainingArguments` under `turbotrain run`) that raised on
 turbotrain's options, and turbotrain's `padding_free` would have become TRL's. `as_sft_config` hands such
 arguments over as a `TurboSFTConfig` instead, built the way TRL builds its own (`args.rebuilt_as`). It lives
-apart from integrations/trl.py because it needs `args`, which the passes below it (and so trl.py) must not.
+apart from trl_boundary.py because it needs `args`, a layer above the boundaries (tests/test_layers.py); the
+trainer asks it.
 """
 
 from __future__ import annotations
 
 from turbotrain.args import TurboArgumentsMixin, rebuilt_as
-from turbotrain.integrations.trl import is_sft_trainer, sft_classes
+from turbotrain.trl_boundary import is_sft_trainer, sft_classes
 
 
 def as_sft_config(trainer_class: type, positional: tuple, keywords: dict) -> tuple[tuple, dict]:

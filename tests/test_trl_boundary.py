@@ -1,4 +1,4 @@
-"""integrations/trl.py: TRL's trainers recognised by class (not by name), the private TRL attributes the
+"""trl_boundary.py: TRL's trainers recognised by class (not by name), the private TRL attributes the
 `num_tokens` correction writes pinned, and the trainer path importing no TRL."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from transformers import Trainer
 
 from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
 from tests.trainer_helpers import COMMON
-from turbotrain.integrations import trl as integration
+from turbotrain import trl_boundary as integration
 
 pytestmark = pytest.mark.requires_llm
 
@@ -65,7 +65,7 @@ def test_the_trainer_path_imports_no_trl():
         "import sys\n"
         "from transformers import Trainer\n"
         "from turbotrain import TurboTrainer\n"
-        "from turbotrain.integrations import trl\n"
+        "from turbotrain import trl_boundary as trl\n"
         "assert not trl.is_sft_trainer(TurboTrainer) and not trl.counts_tokens_from_mask(Trainer)\n"
         "assert 'trl' not in sys.modules, 'trl was imported'\n"
     )

@@ -1,4 +1,6 @@
-"""TRL, in one place: what turbotrain knows of TRL's trainers, keyed on TRL's public classes and attributes.
+"""The boundary with TRL: what turbotrain knows of TRL's trainers, keyed on TRL's public classes and attributes.
+
+The trainer and the passes ask it, so it stands in the ground layer beside `hf_boundary.py` (tests/test_layers.py).
 
 TRL is the `llm` extra. Nothing here imports it until asked for a TRL class, and the questions about a
 trainer answer "no" while TRL is not imported (no class can derive from `SFTTrainer` before then).
@@ -10,18 +12,17 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   one weight for every token. `fused_call_weighting(trainer)`: how the trainer weights the log-probabilities
   of its `fused_lm_head` calls, for the chunked head to answer them (passes/fused_head_calls.py): "equal"
   (that SFTTrainer), "per_row" (`DPOTrainer` without WPO's `use_weighting` or Liger's loss: it reads
-  `log_probs`, `entropy`, `mean_logits`, `is_top1` and weights each sequence by its own factor), else None. `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output
-  TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
+  `log_probs`, `entropy`, `mean_logits`, `is_top1` and weights each sequence by its own factor), else None.
+  `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
   TRL release has no such class).
 * `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
   (`counts_tokens_from_mask`): `SFTTrainer` adds `inputs["attention_mask"].sum()` to its `num_tokens`
   metric; a packed batch's mask is the [R, 1, C, C] block mask, so the count is corrected to the real
   tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
-  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/integrations/test_trl.py): the one place
+  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py): the one place
   turbotrain touches a private TRL name.
 * `sft_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`, or an ImportError naming the extra.
-* TRL's rebuild of turbo arguments: `integrations/trl_arguments.py` (above `args`, which this module sits
-  below).
+* TRL's rebuild of turbo arguments: `trl_arguments.py` (it needs `args`, a layer above this module).
 """
 
 from __future__ import annotations
