@@ -43,7 +43,8 @@ for them (one warning) instead of changing the numbers. Padding-free packing cha
 it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
-answered by the chunked head only for `SFTTrainer` with `loss_type="nll"` (passes/fused_head_calls.py),
+answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
+(`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
@@ -77,7 +78,7 @@ from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.trl_arguments import as_sft_config
-from turbotrain.trl_boundary import TrlTokenCount, counts_tokens_from_mask, sums_log_probs
+from turbotrain.trl_boundary import TrlTokenCount, counts_tokens_from_mask, fused_call_weighting
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
@@ -165,7 +166,7 @@ class TurboMixin(TrainerBoundary):
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
             self.turbo_report = optimize(
-                model, **self.turbo_options.pass_options(), fused_head_calls=sums_log_probs(self)
+                model, **self.turbo_options.pass_options(), fused_head_calls=fused_call_weighting(self)
             )
         return self.backend.wrap_model(model)
 

@@ -9,9 +9,11 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   tokens (`sums_tokens`), so packing rows changes nothing: the trainer lets padding-free run for it
   (for other trainers that compute their own loss, it steps aside).
 * `sums_log_probs(trainer)`: `SFTTrainer` with `args.loss_type == "nll"`, whose loss is -Σ log_probs / n,
-  one weight for every token: the only caller whose `fused_lm_head` calls the chunked head answers
-  (passes/fused_head_calls.py). `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output
-  TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
+  one weight for every token. `fused_call_weighting(trainer)`: how the trainer weights the log-probabilities
+  of its `fused_lm_head` calls, for the chunked head to answer them (passes/fused_head_calls.py): "equal"
+  (that SFTTrainer), "per_row" (`DPOTrainer` without WPO's `use_weighting` or Liger's loss: it reads
+  `log_probs`, `entropy`, `mean_logits`, `is_top1` and weights each sequence by its own factor), else None.
+  `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
   TRL release has no such class).
 * `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
   (`counts_tokens_from_mask`): `SFTTrainer` adds `inputs["attention_mask"].sum()` to its `num_tokens`
@@ -46,19 +48,33 @@ def sft_classes(feature: str) -> tuple[type, type]:
     return SFTConfig, SFTTrainer
 
 
-def _loaded_sft_trainer() -> type | None:
+def _loaded_trl_class(name: str) -> type | None:
+    """TRL's public class `name` if TRL is imported (never imports it), else None."""
     if "trl" not in sys.modules:
         return None
-    from trl import SFTTrainer
+    import trl
 
-    return SFTTrainer
+    return getattr(trl, name, None)
+
+
+def _loaded_sft_trainer() -> type | None:
+    return _loaded_trl_class("SFTTrainer")
+
+
+def _is_instance_of(trainer, class_name: str) -> bool:
+    found = _loaded_trl_class(class_name)
+    trainer_class = trainer if isinstance(trainer, type) else type(trainer)
+    return found is not None and issubclass(trainer_class, found)
 
 
 def is_sft_trainer(trainer) -> bool:
     """`trainer` (an instance or a class) is TRL's SFTTrainer or derives from it."""
-    sft = _loaded_sft_trainer()
-    trainer_class = trainer if isinstance(trainer, type) else type(trainer)
-    return sft is not None and issubclass(trainer_class, sft)
+    return _is_instance_of(trainer, "SFTTrainer")
+
+
+def is_dpo_trainer(trainer) -> bool:
+    """`trainer` (an instance or a class) is TRL's DPOTrainer or derives from it."""
+    return _is_instance_of(trainer, "DPOTrainer")
 
 
 def sums_tokens(trainer) -> bool:
@@ -69,6 +85,20 @@ def sums_tokens(trainer) -> bool:
 def sums_log_probs(trainer) -> bool:
     """TRL's SFTTrainer with the "nll" loss: loss = -Σ log_probs / n, one weight for every token."""
     return is_sft_trainer(trainer) and getattr(trainer.args, "loss_type", "nll") == "nll"
+
+
+def fused_call_weighting(trainer) -> str | None:
+    """How `trainer` weights the per-token log-probabilities of its `fused_lm_head` calls (module docstring)."""
+    if sums_log_probs(trainer):
+        return "equal"
+    args = getattr(trainer, "args", None)
+    if (
+        is_dpo_trainer(trainer)
+        and not getattr(trainer, "use_weighting", False)
+        and not getattr(args, "use_liger_kernel", False)
+    ):
+        return "per_row"
+    return None
 
 
 def counts_tokens_from_mask(trainer_class: type) -> bool:
@@ -107,6 +137,7 @@ class FusedOutput(ModelOutput):
     loss: torch.Tensor | None = None
     log_probs: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
+    mean_logits: torch.Tensor | None = None
     is_top1: torch.Tensor | None = None
     label_mask: torch.Tensor | None = None
     aux_loss: torch.Tensor | None = None

@@ -79,25 +79,6 @@ def test_optimized_model_in_stock_sft_trainer_does_not_crash(tmp_path):
     SFTTrainer(model=model, args=args, train_dataset=prompt_completion_rows(), processing_class=tokenizer()).train()
 
 
-def test_dpo_trainer_steps_aside_with_the_stock_numbers(tmp_path):
-    from datasets import Dataset
-    from trl import DPOConfig, DPOTrainer
-
-    rows = prompt_completion_rows(16)
-    pairs = Dataset.from_dict(
-        {"prompt": rows["prompt"], "chosen": rows["completion"], "rejected": list(reversed(rows["completion"]))}
-    )
-    losses = []
-    for trainer_class, config_class in ((turbo(DPOTrainer), turbo_arguments(DPOConfig)), (DPOTrainer, DPOConfig)):
-        args = config_class(output_dir=str(tmp_path), **{**COMMON, "max_steps": 2}, use_cpu=True)
-        trainer = trainer_class(
-            model=decoder(), ref_model=decoder(), args=args, train_dataset=pairs, processing_class=tokenizer()
-        )
-        trainer.train()
-        losses.append([entry["loss"] for entry in trainer.state.log_history if "loss" in entry])
-    assert_losses_close(*losses)
-
-
 @pytest.mark.parametrize("trl_option", [{"padding_free": True, "max_length": None}, {"packing": True}])
 def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
     trainer, turbo_logs = sft_history(tmp_path, True, steps=3, **trl_option)

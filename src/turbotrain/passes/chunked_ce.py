@@ -52,6 +52,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes import chunked_ce_cuda, fused_head_calls
+from turbotrain.passes.chunked_logprobs import linear_log_probs
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
@@ -217,19 +218,22 @@ class Call:
     nll: torch.Tensor | None = None
     entropy: torch.Tensor | None = None
     is_top1: torch.Tensor | None = None
+    mean_logits: torch.Tensor | None = None
 
 
 class ChunkedHead:
     """The installed pass: takes over the output projection for the calls label sparsity hands it."""
 
-    def __init__(self, model: nn.Module, projection: nn.Module, mode: str, compose_fused_calls: bool = False):
+    def __init__(self, model: nn.Module, projection: nn.Module, mode: str, compose_fused_calls: bool | str = False):
         self.model, self.projection, self.mode = model, projection, mode
         self.softcap = modeling.final_logit_softcapping(model)
         self.vocab = modeling.output_linear(projection).out_features
         self.call: Call | None = None
-        # answer TRL's fused_lm_head calls (fused_head_calls.py): only for a trainer known to sum the per-token
-        # losses with one weight (turbo(SFTTrainer) with loss_type="nll" asks for it)
-        self.compose_fused_calls = compose_fused_calls
+        # answer TRL's fused_lm_head calls (fused_head_calls.py) for a trainer whose loss weighting is known:
+        # "equal" (turbo(SFTTrainer), loss_type="nll": dW summed in the forward) or "per_row" (turbo(DPOTrainer):
+        # any weight per token, chunked_logprobs.py)
+        self.fused_weighting = fused_head_calls.weighting_of(compose_fused_calls)
+        self.compose_fused_calls = self.fused_weighting is not None
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
@@ -275,6 +279,10 @@ class ChunkedHead:
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         call, linear = self.call, modeling.output_linear(self.projection)
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
+        if call.fused is not None and self.fused_weighting == fused_head_calls.PER_ROW:
+            result = linear_log_probs(flat, linear.weight, linear.bias, call.targets, softcap=self.softcap)
+            call.nll, call.entropy, call.is_top1, call.mean_logits = result
+            return hidden.new_empty(*hidden.shape[:-1], 0)  # [K, 0]: no logits
         result = linear_cross_entropy(
             flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=call.want_stats
         )
@@ -314,12 +322,13 @@ def apply_chunked_ce(
     model: nn.Module,
     mode: str = "auto",
     *,
-    fused_head_calls: bool = False,
+    fused_head_calls: bool | str = False,
     check_with: Callable[[ChunkedHead], str | None] | None = None,
 ) -> ChunkedHead | None:
     """The chunked head for label sparsity to hold, or None ("never", or refused).
 
-    `fused_head_calls`: answer TRL's fused_lm_head calls too. `check_with(trial)`: the self-check of a trial
+    `fused_head_calls`: answer TRL's fused_lm_head calls too (True or "equal": every token weighted alike;
+    "per_row": any weighting, fused_head_calls.py). `check_with(trial)`: the self-check of a trial
     head in mode "always" (label sparsity runs `self_check` behind it); a problem refuses, with one warning."""
     if mode not in MODES:
         raise ValueError(f"chunked_cross_entropy must be one of {', '.join(MODES)}, got {mode!r}")

@@ -15,11 +15,19 @@ computes it. Same numbers as TRL's kernel (both are an fp32 log-softmax of the s
 The gradient reaches the model through `log_probs` (TRL's loss is their sum times one factor, which
 the chunked head's pre-summed weight gradient requires).
 
-Composed only for `turbo(SFTTrainer)` with `loss_type="nll"` (the trainer turns it on: `sums_log_probs`;
-what is known of TRL, its flag and its output class live in trl_boundary.py).
-Stepped aside (TRL's own forward runs, one log line): every other caller (DPO, KTO, GRPO weight tokens
-unequally; `loss_type="dft"` too; a model given `optimize()` and handed to TRL), chunked cross-entropy
-set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
+Composed for a trainer whose weighting of the per-token log-probabilities is known (the trainer asks for
+it: `trl_boundary.py: fused_call_weighting`):
+* `EQUAL`: `turbo(SFTTrainer)` with `loss_type="nll"`, one weight for every token: the chunked head's op
+  with dW summed in the forward (chunked_ce.py);
+* `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
+  per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_logprobs.py, whose backward
+  recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`.
+Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
+scores every position.
+Stepped aside (TRL's own forward runs, one log line): every other caller (KTO, GRPO, RLOO: not yet
+verified, GRPO/RLOO divide the logits by a temperature; `loss_type="dft"`; a model given `optimize()` and
+handed to TRL), chunked cross-entropy set to "never", MoE router losses (`output_router_logits`),
+pre-shifted labels.
 """
 
 from __future__ import annotations
@@ -30,6 +38,20 @@ from turbotrain.trl_boundary import FUSED_LM_HEAD, fused_output_class
 from turbotrain.utils.warnings import log_once
 
 FLAG = FUSED_LM_HEAD
+EQUAL = "equal"  # every token's log-probability weighted alike: dW may be summed in the forward
+PER_ROW = "per_row"  # any weight per token: the weight gradient waits for the backward
+WEIGHTINGS = (EQUAL, PER_ROW)
+
+
+def weighting_of(value: bool | str | None) -> str | None:
+    """The weighting a `fused_head_calls` option names: None (not composed), EQUAL (True) or PER_ROW."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return EQUAL
+    if value not in WEIGHTINGS:
+        raise ValueError(f"fused_head_calls must be a bool or one of {', '.join(WEIGHTINGS)}, got {value!r}")
+    return value
 
 
 def is_fused_call(kwargs: dict) -> bool:
@@ -42,7 +64,10 @@ def can_compose(kwargs: dict, fused_loss) -> bool:
     if fused_loss is None or fused_loss.mode == "never":
         reason = "chunked cross-entropy is off"
     elif not fused_loss.compose_fused_calls:
-        reason = "the trainer is not known to weight every token's loss alike (only SFTTrainer with loss_type='nll' is)"
+        reason = (
+            "the trainer's weighting of the log-probabilities is not known to turbotrain (SFTTrainer with "
+            "loss_type='nll' and DPOTrainer are)"
+        )
     elif kwargs.get("output_router_logits"):
         reason = "MoE router losses are requested"
     elif kwargs.get("shift_labels") is not None:
@@ -71,10 +96,12 @@ def fused_output(call, loss: torch.Tensor):
         return full if pre_shifted else full[:, :-1]
 
     label_mask = targets != -100
+    fields = {"mean_logits": spread(call.mean_logits)} if call.mean_logits is not None else {}
     return fused_output_class()(
         loss=loss,
         log_probs=spread(-call.nll),
         entropy=spread(call.entropy),
         is_top1=spread(call.is_top1),
         label_mask=label_mask if pre_shifted else label_mask[:, :-1],
+        **fields,
     )

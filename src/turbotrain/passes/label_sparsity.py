@@ -274,7 +274,7 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
 
 
 def apply_label_sparsity(
-    model: nn.Module, check: bool = True, chunked_cross_entropy: str = "never", fused_head_calls: bool = False
+    model: nn.Module, check: bool = True, chunked_cross_entropy: str = "never", fused_head_calls: bool | str = False
 ) -> LabelSparsity | None:
     """Install label sparsity on `model`; return the installed pass, or None (with one warning).
 

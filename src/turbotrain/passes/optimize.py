@@ -55,7 +55,9 @@ class OptimizeReport:
         return f"turbotrain passes on {self.model_name}: {applied}"
 
 
-def optimize(model: nn.Module, *, self_check: bool = True, fused_head_calls: bool = False, **options) -> OptimizeReport:
+def optimize(
+    model: nn.Module, *, self_check: bool = True, fused_head_calls: bool | str = False, **options
+) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
     `options`: any pass option by name (`label_sparsity=False`, `chunked_cross_entropy="always"`,
@@ -63,7 +65,8 @@ def optimize(model: nn.Module, *, self_check: bool = True, fused_head_calls: boo
     the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
     through `report.collator(collator)` (TurboTrainer does this for its training dataloader).
     `fused_head_calls`: let the chunked head answer TRL's `fused_lm_head` calls, for a caller whose loss
-    weights every token alike (TurboTrainer sets it for `turbo(SFTTrainer)` with `loss_type="nll"`).
+    weights every token alike (True or "equal": TurboTrainer sets it for `turbo(SFTTrainer)` with
+    `loss_type="nll"`) or each token by its own factor ("per_row": `turbo(DPOTrainer)`; fused_head_calls.py).
     """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:

@@ -60,7 +60,7 @@ class Setup:
 
     options: Mapping[str, Any]
     check: bool = True
-    fused_head_calls: bool = False
+    fused_head_calls: bool | str = False
     installed: Mapping[str, Any] = field(default_factory=dict)
 
 

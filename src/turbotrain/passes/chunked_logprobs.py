@@ -1,0 +1,145 @@
+"""Per-token log-probabilities of a linear head, chunked, for losses that weight every row differently.
+
+The building block of preference and RL post-training (TRL's DPO, KTO: passes/fused_head_calls.py): those
+trainers read the log-probability of each chosen token and weight it by a factor of their own (per sequence
+for DPO's sigmoid loss, per token with `ld_alpha`), so the weight gradient cannot be summed in the forward
+with one shared factor, as the SFT op does (chunked_ce.py: `LinearCrossEntropy`).
+
+Op `LinearLogProbs` (autograd.Function): hidden [K, H] (only the scored rows: completion tokens; prompts and
+padding never reach the head), weight [V, H], bias [V] or None, targets [K] -> per-row NLL [K] (-log p of the
+target), and without gradient per-row entropy [K], whether the target is the arg-max [K], mean logit [K].
+Rows go through in chunks of `chunk_rows`: logits z = h·Wᵀ + b [C, V] in fp32 (optionally soft-capped,
+z = c·tanh(z / c)), their log-sum-exp [C] kept for the backward. Nothing of size [K, V] is ever held.
+
+Backward, for any per-row weight g [K] (the incoming gradient of the NLL):
+* a trainable head (weight or bias needs a gradient): each chunk's logits are recomputed (one more matmul),
+  dz = g·(softmax(z) - onehot(target)) (times 1 - tanh² under soft-capping), dh = dz·W, dW += dzᵀ·h, db += Σ dz.
+  Four matmuls on the K scored rows, against three on every position for a dense head;
+* a frozen head (LoRA) with hidden states needing a gradient: dh of unit weight is computed in the forward
+  (dz·W, no recompute) and the backward scales row k by g[k]: exact for any weighting;
+* no gradient wanted (a reference model under `no_grad`): the forward's one matmul per chunk, nothing saved.
+
+Exact: per row the same fp32 log-sum-exp as a dense `log_softmax(h·Wᵀ + b)` gathered at the target (TRL's
+own computation); dW summed chunk by chunk in fp32 (float order only, ≤1e-5 relative:
+tests/passes/test_chunked_logprobs.py). On CPU the matmuls run in the weight's dtype (fp32 for fp32 weights).
+"""
+
+from __future__ import annotations
+
+import torch
+
+# fp32 logits of one chunk (as chunked_ce.CHUNK_BYTES: ~220 rows at a 151,936 vocabulary)
+CHUNK_BYTES = 128 * 2**20
+
+
+def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+    return max(1, chunk_bytes // (4 * vocab))
+
+
+def _logits(h, weight, bias, softcap):
+    """(z [C, V] fp32, tanh [C, V] or None): the head's logits for one chunk, soft-capped if asked."""
+    z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
+    if bias is not None:
+        z += bias.float()
+    if not softcap:
+        return z, None
+    tanh = torch.tanh(z / softcap)
+    return tanh * softcap, tanh
+
+
+def _unit_gradient(z, lse, target, tanh):
+    """dz [C, V] = softmax(z) - onehot(target) (times 1 - tanh²), in place of z."""
+    rows = torch.arange(z.shape[0], device=z.device)
+    z.sub_(lse[:, None]).exp_()
+    z[rows, target] -= 1
+    if tanh is not None:
+        z.mul_(1 - tanh * tanh)
+    return z
+
+
+class LinearLogProbs(torch.autograd.Function):
+    """Per-row NLL of a linear head for unequal row weights (module docstring)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows):
+        rows = hidden.shape[0]
+        need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        need_b = bias is not None and ctx.needs_input_grad[2]
+        recompute = need_w or need_b
+        nll, lse = (hidden.new_empty(rows, dtype=torch.float32) for _ in range(2))
+        entropy, mean_logit = (hidden.new_empty(rows, dtype=torch.float32) for _ in range(2))
+        is_top1 = hidden.new_empty(rows, dtype=torch.bool)
+        dh = torch.empty_like(hidden) if need_h and not recompute else None
+        for start in range(0, rows, chunk_rows):
+            part = slice(start, min(start + chunk_rows, rows))
+            z, tanh = _logits(hidden[part], weight, bias, softcap)
+            target = targets[part]
+            lse[part] = torch.logsumexp(z, dim=1)
+            nll[part] = lse[part] - z.gather(1, target[:, None]).squeeze(1)
+            is_top1[part] = z.argmax(dim=1) == target
+            mean_logit[part] = z.mean(dim=1)
+            entropy[part] = lse[part] - (torch.softmax(z, dim=1) * z).sum(dim=1)
+            if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
+                dh[part] = _unit_gradient(z, lse[part], target, tanh).to(weight.dtype) @ weight  # [C, V] x [V, H]
+        ctx.softcap, ctx.chunk_rows, ctx.recompute = softcap, chunk_rows, recompute
+        ctx.autocast = _autocast_of(hidden.device.type)  # the recompute runs under the forward's autocast
+        ctx.has_bias = bias is not None
+        if recompute:
+            ctx.save_for_backward(hidden, weight, bias, targets, lse)
+        else:
+            ctx.save_for_backward(dh)
+        ctx.mark_non_differentiable(entropy, is_top1, mean_logit)
+        return nll, entropy, is_top1, mean_logit
+
+    @staticmethod
+    def backward(ctx, grad_nll, *unused):
+        if not ctx.recompute:
+            (dh,) = ctx.saved_tensors
+            grad_h = None if dh is None else dh * grad_nll[:, None].to(dh.dtype)
+            return grad_h, None, None, None, None, None
+        hidden, weight, bias, targets, lse = ctx.saved_tensors
+        return (*_recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll), None, None, None)
+
+
+def _autocast_of(device_type: str) -> torch.dtype | None:
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def _recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
+    """(dh, dW, db) for per-row weights `grad_nll` [K], each chunk's logits computed again, as in the forward."""
+    device_type = hidden.device.type
+    with torch.autocast(device_type, dtype=ctx.autocast or torch.float32, enabled=ctx.autocast is not None):
+        return _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll)
+
+
+def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
+    need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    need_b = ctx.has_bias and ctx.needs_input_grad[2]
+    rows = hidden.shape[0]
+    dh = torch.empty_like(hidden) if need_h else None
+    dw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
+    db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+    for start in range(0, rows, ctx.chunk_rows):
+        part = slice(start, min(start + ctx.chunk_rows, rows))
+        h = hidden[part]
+        z, tanh = _logits(h, weight, bias, ctx.softcap)
+        dz = _unit_gradient(z, lse[part], targets[part], tanh).mul_(grad_nll[part, None].float())
+        if dh is not None:
+            dh[part] = dz.to(weight.dtype) @ weight  # [C, V] x [V, H] -> [C, H]
+        if dw is not None:
+            dw.addmm_(dz.T, h.float())  # [V, C] x [C, H]
+        if db is not None:
+            db += dz.sum(dim=0)
+    return (
+        dh,
+        None if dw is None else dw.to(weight.dtype),
+        None if db is None else db.to(bias.dtype),
+    )
+
+
+def linear_log_probs(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None):
+    """(nll, entropy, is_top1, mean_logit), each [K], of the head on the scored rows `hidden` [K, H].
+
+    The NLL carries gradients for any per-row weighting; the statistics carry none."""
+    chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
+    return LinearLogProbs.apply(hidden, weight, bias, targets, softcap or None, chunk_rows)

@@ -1,0 +1,113 @@
+"""`turbo(DPOTrainer)`: TRL's fused_lm_head calls answered by the per-row-weighted chunked head on the completion
+rows only (passes/chunked_logprobs.py); the losses and every metric TRL logs equal stock DPOTrainer's, full
+fine-tuning (trainable tied head, separate reference model) and LoRA (frozen head, reference = adapters off)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, tokenizer
+from tests.trainer_helpers import COMMON, assert_losses_close
+from turbotrain import turbo, turbo_arguments
+from turbotrain.passes import chunked_logprobs
+
+pytestmark = pytest.mark.requires_llm
+METRICS = (
+    "loss",
+    "rewards/chosen",
+    "rewards/rejected",
+    "rewards/margins",
+    "logps/chosen",
+    "logps/rejected",
+    "logits/chosen",
+    "logits/rejected",
+    "entropy",
+    "mean_token_accuracy",
+)
+
+
+def preference_pairs(n: int = 16):
+    from datasets import Dataset
+
+    rows = prompt_completion_rows(n)
+    return Dataset.from_dict(
+        {"prompt": rows["prompt"], "chosen": rows["completion"], "rejected": list(reversed(rows["completion"]))}
+    )
+
+
+def dpo_history(tmp_path, with_turbo: bool, peft: bool = False, steps: int = 3, **config):
+    """Losses logged by DPOTrainer (or turbo's), fp32 unless `config` says otherwise (TRL defaults to bf16)."""
+    from trl import DPOConfig, DPOTrainer
+
+    config = {"bf16": False, **config}
+    trainer_class = turbo(DPOTrainer) if with_turbo else DPOTrainer
+    config_class = turbo_arguments(DPOConfig) if with_turbo else DPOConfig
+    args = config_class(
+        output_dir=str(tmp_path / str(with_turbo)), **{**COMMON, "max_steps": steps}, use_cpu=True, **config
+    )
+    trainer = trainer_class(
+        model=decoder(),
+        ref_model=None if peft else decoder(),
+        args=args,
+        train_dataset=preference_pairs(),
+        processing_class=tokenizer(),
+        peft_config=lora_config() if peft else None,
+    )
+    trainer.train()
+    return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """How many times the per-row op ran (with and without gradient)."""
+    calls = []
+    original = chunked_logprobs.LinearLogProbs.apply
+
+    def counted(*args):
+        calls.append(args[0].shape[0])
+        return original(*args)
+
+    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", counted)
+    return calls
+
+
+@pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
+def test_dpo_golden_losses_and_metrics_through_the_chunked_head(tmp_path, op_calls, peft):
+    stock_trainer, stock = dpo_history(tmp_path, False, peft=peft)
+    assert not op_calls
+    trainer, fast = dpo_history(tmp_path, True, peft=peft)
+    assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
+    assert op_calls, "the DPO step did not go through the chunked log-prob op"
+    for metric in METRICS:
+        assert_metric_close(metric, [e[metric] for e in fast], [e[metric] for e in stock])
+
+
+def assert_metric_close(metric: str, fast: list[float], stock: list[float]) -> None:
+    """1e-4 relative; rewards are beta x differences of log-probs (~30 here) that cancel to ~1e-3, so they
+    get an absolute tolerance of the log-probs' float error instead (1e-6 relative of ~30, times beta 0.1)."""
+    if not metric.startswith("rewards/"):
+        assert_losses_close(fast, stock, rtol=1e-4)
+        return
+    for step, (a, b) in enumerate(zip(fast, stock), 1):
+        assert abs(a - b) <= 1e-5 + 1e-4 * abs(b), f"{metric} step {step}: turbo {a} vs stock {b}"
+
+
+def test_dpo_under_trl_default_bf16_autocast_stays_close(tmp_path, op_calls):
+    _, stock = dpo_history(tmp_path, False, bf16=True)
+    _, fast = dpo_history(tmp_path, True, bf16=True)
+    assert op_calls
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=2e-3)
+
+
+def test_dpo_with_ld_alpha_weights_tokens_unequally_and_stays_exact(tmp_path, op_calls):
+    _, stock = dpo_history(tmp_path, False, ld_alpha=0.5)
+    _, fast = dpo_history(tmp_path, True, ld_alpha=0.5)
+    assert op_calls
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-4)
+
+
+def test_dpo_with_wpo_weighting_steps_aside_with_the_stock_numbers(tmp_path, op_calls):
+    _, stock = dpo_history(tmp_path, False, use_weighting=True, steps=2)
+    trainer, fast = dpo_history(tmp_path, True, use_weighting=True, steps=2)
+    assert not op_calls and trainer.turbo_report.chunked_cross_entropy.fused_weighting is None
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-4)
