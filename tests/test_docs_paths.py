@@ -21,7 +21,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "turbotrain"
-FOREIGN_SCRIPTS = re.compile(r"(run_\w+|script|train|notebook|trainer_qa|train_text_to_image)\.py")
+FOREIGN_SCRIPTS = re.compile(
+    r"(run_\w+|script|train|notebook|trainer_qa|train_text_to_image|test_trainer_callback|test_training_args)\.py"
+)
+# Transformers' own test tree, which scripts/hf_trainer_tests.py runs from a checkout (never vendored here)
+FOREIGN_PREFIXES = ("tests/trainer/", "tests/fixtures/")
 CODE = re.compile(r"```.*?```|`[^`\n]+`", re.S)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 SEPARATORS = re.compile(r"[\s,;()=:'\"\[\]]+")
@@ -60,6 +64,8 @@ def missing_paths(page: Path, root: Path = ROOT, names: set[str] | None = None) 
             missing.append(target)
     for word in code_words(text):
         first, slash, _ = word.partition("/")
+        if slash and word.startswith(FOREIGN_PREFIXES):
+            continue
         if slash:
             bases = [base for base in (root, package, page.parent) if (base / first).is_dir()]
             if bases and not any((base / word).exists() for base in bases):

@@ -226,8 +226,25 @@ class TurboMixin(TrainerBoundary):
         )
 
 
+def _like(trainer_class: type[Trainer], name: str):
+    """TurboMixin's method `name` with `trainer_class`'s signature for `inspect` (its `__wrapped__`)."""
+    method = getattr(TurboMixin, name)
+
+    @functools.wraps(getattr(trainer_class, name))
+    def wrapper(self, *args, **kwargs):
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+WRAPPED_STEPS = ("training_step", "prediction_step")  # entered under the bf16 emulation (bf16_emulation.py)
+
+
 class TurboTrainer(TurboMixin, Trainer):
     """Drop-in replacement for `transformers.Trainer`; see the module docstring for what it changes."""
+
+    training_step = _like(Trainer, "training_step")
+    prediction_step = _like(Trainer, "prediction_step")
 
     @functools.wraps(Trainer.__init__)  # Trainer's signature (inspect.signature follows __wrapped__)
     def __init__(self, model=None, args=None, *rest, **kwargs):
@@ -256,6 +273,7 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
             "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`).",
         }
         namespace["__init__"] = _init_like(trainer_class)
+        namespace.update({step: _like(trainer_class, step) for step in WRAPPED_STEPS})
         bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]
