@@ -79,3 +79,12 @@ def test_summary_names_the_emulation():
 def test_option_is_checked():
     with pytest.raises(ValueError, match="bf16_emulation must be one of"):
         TurboOptions(bf16_emulation="maybe").validate()
+
+
+def test_gradient_checkpointing_makes_the_emulation_step_aside_with_a_warning(tmp_path, counted, monkeypatch, caplog):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        trainer = turbo_trainer("llama", tmp_path, bf16_emulation="on", gradient_checkpointing=True, **STEPS)
+        trainer.train()
+    assert not trainer.turbo_bf16_emulation and counted == {"forward": 0, "backward": 0}
+    assert any("bf16 emulation steps aside" in r.getMessage() for r in caplog.records)

@@ -120,6 +120,13 @@ class TurboMixin(TrainerBoundary):
         if not (self.args.bf16 and self.args.device.type == "cpu"):
             return False
         setting = self.turbo_options.bf16_emulation
+        if setting != "off" and self.args.gradient_checkpointing:
+            log_once(
+                "turbotrain: bf16 emulation steps aside: with gradient checkpointing a recompute under it saved "
+                "other tensors than its forward (seen in a DPOTrainer run); stock autocast runs",
+                logging.WARNING,
+            )
+            return False
         on, measured = bf16_emulation.decide(setting)
         if measured is not None or setting != "auto":
             log_once(bf16_emulation.decision_line(on, measured, setting), logging.WARNING)

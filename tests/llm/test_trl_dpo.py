@@ -96,7 +96,9 @@ def test_dpo_under_trl_default_bf16_autocast_stays_close(tmp_path, op_calls):
     _, stock = dpo_history(tmp_path, False, bf16=True)
     _, fast = dpo_history(tmp_path, True, bf16=True)
     assert op_calls
-    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=2e-3)
+    # TRL's default bf16: on a CPU without bf16 units turbotrain emulates it (one bf16 ulp per op from stock
+    # autocast); issue 38's bound for bf16 losses is 5e-3 relative
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=5e-3)
 
 
 def test_dpo_with_ld_alpha_weights_tokens_unequally_and_stays_exact(tmp_path, op_calls):

@@ -17,10 +17,9 @@ def both_ways(tmp_path, trainer_class, config_class, rows, config=None, ref=Fals
     """Train turbo(trainer_class) and trainer_class on `rows` for 2 steps (`ref`: with a reference model);
     [turbo losses, stock losses]."""
     losses = []
+    config = {"bf16": False, **(config or {})}  # fp32: TRL's default bf16 is emulated here (bf16_emulation.py)
     for made, arguments in ((turbo(trainer_class), turbo_arguments(config_class)), (trainer_class, config_class)):
-        args = arguments(
-            output_dir=str(tmp_path / made.__name__), **{**COMMON, "max_steps": 2}, use_cpu=True, **(config or {})
-        )
+        args = arguments(output_dir=str(tmp_path / made.__name__), **{**COMMON, "max_steps": 2}, use_cpu=True, **config)
         models = {"model": decoder(), **({"ref_model": decoder()} if ref else {})}
         trainer = made(**models, args=args, train_dataset=rows, processing_class=tokenizer(), **extra)
         trainer.train()
