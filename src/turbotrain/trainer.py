@@ -153,20 +153,22 @@ class TurboMixin(TrainerBoundary):
         line = summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
         return line + emulation_note(getattr(self, "turbo_bf16_emulation", False))
 
-    def create_optimizer(self, model=None):
+    def create_optimizer(self, *given, **named):
         """Trainer's optimizer, made with `optim` the one this run uses (the fused AdamW where the device has it:
         `turbo_optim`); the user's arguments keep their own `optim`. Trainer's `get_optimizer_cls_and_kwargs`
         stays its static method (a subclass's override too): it is asked once, with a copy of the arguments, and
-        its answer handed to Trainer's `create_optimizer` as `optimizer_cls_and_kwargs` for that call only."""
+        its answer handed to Trainer's `create_optimizer` as `optimizer_cls_and_kwargs` for that call only.
+        Trainer's parameters pass through as given (5.0 takes none, later releases a `model`)."""
+        model = given[0] if given else named.get("model")
         if self.optimizer is not None or getattr(self, "optimizer_cls_and_kwargs", None) is not None:
-            return super().create_optimizer(model)
+            return super().create_optimizer(*given, **named)
         if getattr(self, "turbo_optim", None) in (None, getattr(self.args.optim, "value", self.args.optim)):
-            return super().create_optimizer(model)
+            return super().create_optimizer(*given, **named)
         args = copy.copy(self.args)
         args.optim = OptimizerNames(self.turbo_optim)
         self.optimizer_cls_and_kwargs = self.get_optimizer_cls_and_kwargs(args, self.model if model is None else model)
         try:
-            return super().create_optimizer(model)
+            return super().create_optimizer(*given, **named)
         finally:
             self.optimizer_cls_and_kwargs = None
 
@@ -244,7 +246,8 @@ def _like(trainer_class: type[Trainer], name: str):
     return wrapper
 
 
-WRAPPED_STEPS = ("training_step", "prediction_step")  # entered under the bf16 emulation (bf16_emulation.py)
+# TurboMixin's methods whose parameters differ between Trainer classes and releases: each class gets its own signature
+WRAPPED_STEPS = ("training_step", "prediction_step", "create_optimizer")
 
 
 class TurboTrainer(TurboMixin, Trainer):
@@ -252,6 +255,7 @@ class TurboTrainer(TurboMixin, Trainer):
 
     training_step = _like(Trainer, "training_step")
     prediction_step = _like(Trainer, "prediction_step")
+    create_optimizer = _like(Trainer, "create_optimizer")
 
     @functools.wraps(Trainer.__init__)  # Trainer's signature (inspect.signature follows __wrapped__)
     def __init__(self, model=None, args=None, *rest, **kwargs):
