@@ -124,13 +124,16 @@ def release_process_group() -> None:
     """After a script that finished normally: destroy the process group its Trainer set up (torchrun,
     accelerate launch) and left, as torch asks scripts to before they exit; left to interpreter teardown,
     its communication threads could be destroyed still running and a finished rank abort ("terminate called
-    without an active exception"). Not after an error (peers may still wait in a collective: the rank exits
-    and the launcher sees its code); a failure to destroy is reported, never the script's result."""
+    without an active exception"). The ranks meet at a barrier first: a rank that shut its connections
+    down while a peer was still finishing its last collective made both abort at exit (seen once in CI,
+    under load). Not after an error (peers may still wait in a collective: the rank exits and the launcher
+    sees its code); a failure to destroy is reported, never the script's result."""
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()):
         return
     try:
+        dist.barrier()
         dist.destroy_process_group()
     except Exception as error:  # the script succeeded; its exit code stays 0
         print(f"{PROG}: the process group could not be destroyed at exit: {error}", file=sys.stderr)
