@@ -1,8 +1,16 @@
 """Shared fixtures and markers: every test starts with turbotrain's once-per-process warnings unsaid, so a
 test that expects one does not depend on which tests ran before it; and a test marked
-`requires_<extra>` (tests/requires.py) is skipped, naming the install line, where its dependency is missing."""
+`requires_<extra>` (tests/requires.py) is skipped, naming the install line, where its dependency is missing.
+
+The README's test command runs the suite on pytest-xdist workers (`-n 2`): each worker then takes its share of
+the cores for torch's intra-op threads (and its subprocesses, through OMP_NUM_THREADS), so two workers never
+oversubscribe two cores, and keeps turbotrain's cache (`TURBOTRAIN_CACHE`) in a folder of its own, so no test
+reads what another worker's test measured or what a user's runs left in `~/.cache/turbotrain`."""
 
 from __future__ import annotations
+
+import os
+import tempfile
 
 import pytest
 
@@ -10,7 +18,23 @@ from tests import requires
 from turbotrain.utils import warnings as turbotrain_warnings
 
 
+def share_the_cores() -> None:
+    """Under an xdist worker: usable cores / workers threads for torch here and for the subprocesses tests start."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if "PYTEST_XDIST_WORKER" not in os.environ or workers < 2:
+        return
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = max(1, cores // workers)
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+
+
 def pytest_configure(config):
+    share_the_cores()
+    if "TURBOTRAIN_CACHE" not in os.environ:
+        os.environ["TURBOTRAIN_CACHE"] = tempfile.mkdtemp(prefix="turbotrain-test-cache-")
     for name, (_, install) in requires.REQUIREMENTS.items():
         config.addinivalue_line("markers", f"{requires.PREFIX}{name}: skipped without {install}")
 

@@ -43,32 +43,27 @@ def assert_step_matches(got, expected, rtol=1e-5):
         assert (grads[name] - ref).abs().max() <= rtol * scale, name
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        pytest.param("inductor", marks=[pytest.mark.requires_compiler, pytest.mark.slow]),
-        pytest.param("onnxruntime", marks=pytest.mark.requires_onnx),
-    ],
-)
-def test_unet_training_step_matches_eager(backend):
+@pytest.mark.requires_compiler
+@pytest.mark.slow
+def test_unet_training_step_matches_eager_on_inductor():
     unet = tiny_unet(SHAPE).train()
-    options = {"cache_dir": None} if backend == "onnxruntime" else None
-    compiled = turbotrain.compile(copy.deepcopy(unet), backend=backend, backend_options=options)
-    fallbacks = len(backend_of(compiled).report()["fallbacks"]) if backend == "onnxruntime" else 0
-    for draw in range(2):  # the first call compiles (and checks), the second is the steady state
+    compiled = turbotrain.compile(copy.deepcopy(unet), backend="inductor")
+    for draw in range(2):  # the first call compiles, the second is the steady state
         assert_step_matches(step(compiled, draw), step(unet, draw))
-    assert backend_of(compiled).name == backend
-    if backend == "onnxruntime":
-        assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
+    assert backend_of(compiled).name == "inductor"
 
 
 @pytest.mark.requires_onnx
 def test_unet_with_upsampling_runs_every_graph_in_onnxruntime():
+    """The two-block UNet holds every layer kind of the one-block one (cross-attention down and up blocks, the
+    mid block) plus the upsampler: one onnxruntime test covers both (it was two, ~50 s each)."""
     unet = tiny_unet(UPSAMPLING).train()
     assert any(name.endswith("upsamplers") for name, _ in unet.named_modules())
     compiled = turbotrain.compile(copy.deepcopy(unet), backend="onnxruntime", backend_options={"cache_dir": None})
     fallbacks = len(backend_of(compiled).report()["fallbacks"])
-    assert_step_matches(step(compiled, 0, UPSAMPLING), step(unet, 0, UPSAMPLING))
+    for draw in range(2):  # the first call exports and checks, the second is the steady state
+        assert_step_matches(step(compiled, draw, UPSAMPLING), step(unet, draw, UPSAMPLING))
+    assert backend_of(compiled).name == "onnxruntime"
     assert backend_of(compiled).report()["fallbacks"][fallbacks:] == [], "every graph must run in ONNX Runtime"
 
 

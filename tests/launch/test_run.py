@@ -122,14 +122,20 @@ def test_python_m_turbotrain_takes_a_script_or_any_turbotrain_command(tmp_path, 
 
 
 class FakeGroup:
-    """torch.distributed's group calls as the launcher sees them: initialized or not, destroy counted."""
+    """torch.distributed's group calls as the launcher sees them: initialized or not, the barrier before
+    destroying (the ranks meet first), destroy counted."""
 
     def __init__(self, monkeypatch, initialized=True, fails=False):
         import torch.distributed as dist
 
-        self.destroyed, self.initialized, self.fails = 0, initialized, fails
+        self.destroyed, self.barriers, self.initialized, self.fails = 0, 0, initialized, fails
         monkeypatch.setattr(dist, "is_initialized", lambda: self.initialized)
+        monkeypatch.setattr(dist, "barrier", self.barrier)
         monkeypatch.setattr(dist, "destroy_process_group", self.destroy)
+
+    def barrier(self):
+        assert self.initialized, "a barrier on a destroyed group"
+        self.barriers += 1
 
     def destroy(self):
         if self.fails:
@@ -145,6 +151,7 @@ def test_a_finished_script_s_process_group_is_destroyed_a_failed_one_s_is_not(
     group = FakeGroup(monkeypatch)
     assert main(["--backend", "eager", str(write(tmp_path, "s.py", source))]) == code
     assert group.destroyed == destroyed  # after an error peers may wait in a collective: the rank just exits
+    assert group.barriers == destroyed  # the ranks meet before one of them shuts its connections down
 
 
 def test_a_script_that_destroyed_its_group_and_a_failing_destroy_keep_the_script_s_code(tmp_path, monkeypatch, capsys):
