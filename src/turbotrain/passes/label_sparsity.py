@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from turbotrain.batch_keys import HOST_ROWS_KEYS
 from turbotrain.modeling import (
     IGNORE_INDEX,
     decoder_input_ids,
@@ -68,7 +69,7 @@ from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
 from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.registry import PassSpec, Setup, register_pass
+from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
@@ -240,10 +241,6 @@ class LabelSparsity(HookedPass):
             return self.chunked_head.finish(output)
         return None
 
-    def host_rows_collator(self, inner) -> host_rows.HostRowsCollator:
-        """`inner` with the kept rows added to its batches on the host (for a step on an accelerator)."""
-        return host_rows.HostRowsCollator(inner, self.head.causal)
-
     def remove(self) -> None:
         super().remove()
         if self.chunked_head is not None:
@@ -323,6 +320,12 @@ def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
     return apply_label_sparsity(model, setup.check, chunked, fused_head_calls=setup.fused_head_calls)
 
 
+def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
+    """Label sparsity's collator step: the kept rows chosen on the host where the step would wait for them
+    (passes/host_rows.py: on an accelerator, inside Trainer's loop), else `inner` as it is."""
+    return host_rows.HostRowsCollator(inner, installed.head.causal) if host_rows.wanted(place) else inner
+
+
 register_pass(
     PassSpec(
         name="label_sparsity",
@@ -331,5 +334,7 @@ register_pass(
         install=_install,
         refused_by_trainer=reads_full_logits,
         refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
+        collator=host_rows_step,
+        batch_keys=HOST_ROWS_KEYS,
     )
 )

@@ -9,10 +9,16 @@ model refuses it, and how the run's summary names it. Everything that names pass
   smoothing reads the full logits), once, and switches it off in the effective options;
 * the run's summary (summary.py) names each installed pass by its `label`, and each requested one that is
   not active with why;
-* the benchmark's `turbo_off` ablations and the CLI's `--turbo-off` take every pass name.
+* the benchmark's `turbo_off` ablations and the CLI's `--turbo-off` take every pass name;
+* the training collator (`OptimizeReport.collator`, which TurboTrainer's training dataloader uses) is the
+  user's collator wrapped by each installed pass's `collator` step, the pass installed last innermost: each
+  step adds the batch keys its pass declares (`batch_keys`, all named in batch_keys.py), and the passes' model
+  pre-hooks, which run in install order, take them off again in the reverse order (the last key added is the
+  first taken off), so the model never sees one.
 
 Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))`, and its module named
-in the registration import of `passes/__init__.py`. A pass outside the package registers the same way,
+in the registration import of `passes/__init__.py`; a pass with a batch side gives its `collator` step and
+`batch_keys` there too. A pass outside the package registers the same way,
 before `turbotrain.args` is imported: `TurboOptions` is built from this list then, and a registration after
 that raises (its option would be missing).
 """
@@ -53,6 +59,16 @@ class Option:
 
 
 @dataclass(frozen=True)
+class StepPlace:
+    """Where the training step runs, for the passes' collator steps: the run's `device`, and whether Trainer's
+    own loop hands the model the collated batch (`in_trainer_loop`; False under a backend that brings its own
+    loop, xla, which shapes its batches itself). The default: a step on the CPU in Trainer's loop."""
+
+    device: Any = "cpu"
+    in_trainer_loop: bool = True
+
+
+@dataclass(frozen=True)
 class Setup:
     """What a pass's `install` reads: every pass option's effective value by name, whether to run the
     self-checks, whether TRL's `fused_lm_head` calls may be answered (passes/fused_head_calls.py), and the
@@ -79,7 +95,10 @@ class PassSpec:
     summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
     calls). `more_options`: options that tune the pass (`padding_free_with_dropout`). `not_applicable(model)`:
     what the model lacks for the pass (no token ids, no embedding table), said at INFO instead of installing
-    (the summary lists it as not active with that reason), or None."""
+    (the summary lists it as not active with that reason), or None. `collator(installed, inner, place)`: the
+    pass's step of the training collator, `inner` wrapped so its batches carry what the pass's hooks read, or
+    `inner` itself where `place` (a `StepPlace`) needs nothing; `batch_keys`: the private keys that step adds
+    (named in batch_keys.py), which the pass's model pre-hook takes off (see the module docstring)."""
 
     name: str
     help: str
@@ -94,6 +113,8 @@ class PassSpec:
     not_applicable: Callable[[Any], str | None] | None = None  # what the model lacks for it (no token ids)
     label: Callable[[Any], str] | None = None
     listed_when_inactive: bool = True
+    collator: Callable[[Any, Any, StepPlace], Any] | None = None
+    batch_keys: tuple[str, ...] = ()
 
     @property
     def options(self) -> tuple[Option, ...]:
@@ -114,6 +135,9 @@ def register_pass(spec: PassSpec) -> PassSpec:
     clash = sorted(taken.intersection(option.name for option in spec.options))
     if spec.name in _PASSES or clash:
         raise ValueError(f"pass '{spec.name}': option names already registered: {clash or [spec.name]}")
+    keys_taken = sorted({key for known in _PASSES.values() for key in known.batch_keys}.intersection(spec.batch_keys))
+    if keys_taken:
+        raise ValueError(f"pass '{spec.name}': batch keys another pass adds: {keys_taken}")
     _PASSES[spec.name] = spec
     return spec
 
