@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
@@ -177,8 +178,6 @@ def test_every_key_a_pass_adds_is_named_in_batch_keys():
 
 
 def test_one_name_per_pass_everywhere():
-    from dataclasses import fields
-
     from turbotrain import TurboOptions
 
     names = registry.pass_names()
@@ -193,6 +192,28 @@ def test_unknown_pass_options_are_refused():
         optimize(llm(), chunked_ce="always")
     with pytest.raises(ValueError, match="chunked_cross_entropy must be one of auto, always, never"):
         optimize(llm(), chunked_cross_entropy="sometimes")
+
+
+def test_each_pass_is_handed_its_own_frozen_options_and_its_parts_options():
+    values = registry.option_values({"padding_free_row_tokens": "longest", "chunked_cross_entropy": "always"})
+    for spec in registry.model_passes():
+        options = registry.setup_for(spec, values, check=True, fused_head_calls=False).options
+        assert [field.name for field in fields(options)] == [option.name for option in spec.options], spec.name
+        with pytest.raises(FrozenInstanceError):
+            setattr(options, spec.name, spec.off)
+    padding = registry.setup_for(registry.get_pass("padding_free"), values, check=True, fused_head_calls=False)
+    assert type(padding.options).__name__ == "PaddingFreeOptions" and not padding.parts
+    assert padding.options.padding_free_row_tokens == "longest" and padding.options.padding_free_attention == "packed"
+    # the chunked head is label sparsity's part: the registry states it and hands its options over, when on
+    assert registry.get_pass("chunked_cross_entropy").part_of == "label_sparsity"
+    sparsity = registry.get_pass("label_sparsity")
+    handed = registry.setup_for(sparsity, values, check=True, fused_head_calls=False).parts
+    assert (
+        list(handed) == ["chunked_cross_entropy"] and handed["chunked_cross_entropy"].chunked_cross_entropy == "always"
+    )
+    never = registry.option_values({"chunked_cross_entropy": "never"})
+    assert registry.setup_for(sparsity, never, check=True, fused_head_calls=False).parts == {}
+    assert optimize(llm(), chunked_cross_entropy="never").chunked_cross_entropy is None
 
 
 def test_label_sparsity_gets_its_chunked_head_when_built():

@@ -32,8 +32,8 @@ shapes (the xla backend) chooses the rows on the host too, padded to a fixed cou
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Head: chosen when the pass is built (`apply_label_sparsity`), never changed after. Either the model's own
-head and loss run on the kept rows, or, with `chunked_cross_entropy`, a `ChunkedHead` (passes/chunked_ce.py)
-may take a call over: the labels leave the model call, the output projection computes the loss on the
+head and loss run on the kept rows, or, with `chunked_cross_entropy` (registered as this pass's part: the
+registry hands its options to this pass's install), a `ChunkedHead` (passes/chunked_ce.py) may take a call over: the labels leave the model call, the output projection computes the loss on the
 gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head` calls are
 answered the same way where the chunked head was built to (`fused_head_calls`), else left to TRL
 (passes/fused_head_calls.py).
@@ -241,6 +241,11 @@ class LabelSparsity(HookedPass):
             return self.chunked_head.finish(output)
         return None
 
+    @property
+    def parts(self) -> dict[str, ChunkedHead]:
+        """The passes built as its parts (`PassSpec.part_of`), by name: its chunked head, when it has one."""
+        return {chunked_ce.NAME: self.chunked_head} if self.chunked_head is not None else {}
+
     def remove(self) -> None:
         super().remove()
         if self.chunked_head is not None:
@@ -316,8 +321,9 @@ def reads_full_logits(trainer) -> str | None:
 
 
 def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
-    chunked = setup.options.get("chunked_cross_entropy", "never")
-    return apply_label_sparsity(model, setup.check, chunked, fused_head_calls=setup.fused_head_calls)
+    chunked = setup.parts.get(chunked_ce.NAME)  # the chunked head's options, handed over when it is on (part_of)
+    mode = chunked.chunked_cross_entropy if chunked is not None else "never"
+    return apply_label_sparsity(model, setup.check, mode, fused_head_calls=setup.fused_head_calls)
 
 
 def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):

@@ -85,16 +85,16 @@ def optimize(
     values = registry.option_values(options)
     report = OptimizeReport(model_name=type(model).__name__)
     for spec in registry.model_passes():
-        if values[spec.name] == spec.off:
+        if values[spec.name] == spec.off or spec.part_of is not None:  # a part comes with the pass it is part of
             continue
         why = spec.not_applicable(model) if spec.not_applicable is not None else None
         if why is not None:
             _does_not_apply(report, spec.name, why)
             continue
-        setup = registry.Setup(values, self_check, fused_head_calls, dict(report.installed))
-        installed = spec.install(model, setup)
+        installed = spec.install(model, registry.setup_for(spec, values, self_check, fused_head_calls))
         if installed is not None:
             report.installed[spec.name] = installed
+            report.installed.update(getattr(installed, "parts", {}))  # its parts (PassSpec.part_of), by pass name
         elif spec.refused_for(model):
             report.skipped.append(spec.name)
     object.__setattr__(model, REPORT_ATTRIBUTE, report)

@@ -415,9 +415,9 @@ register_pass(
         install=lambda model, setup: apply_padding_free(
             model,
             check=setup.check,
-            with_dropout=setup.options["padding_free_with_dropout"],
-            row_tokens=_row_tokens(setup.options["padding_free_row_tokens"]),
-            attention=setup.options["padding_free_attention"],
+            with_dropout=setup.options.padding_free_with_dropout,
+            row_tokens=_row_tokens(setup.options.padding_free_row_tokens),
+            attention=setup.options.padding_free_attention,
         ),
         more_options=(
             Option(

@@ -2,7 +2,10 @@
 is also its option's name), its options, how to install it from the effective options, why a trainer or a
 model refuses it, and how the run's summary names it. Everything that names passes loops over this list:
 
-* `optimize()` (optimize.py) installs the model passes in `order`, each from a `Setup`;
+* `optimize()` (optimize.py) installs the model passes in `order`, each from a `Setup` (`setup_for`) holding
+  its own options as a frozen dataclass (`PassSpec.options_class`) and no other pass's. Where two passes
+  cooperate, the one built as a part of the other says so (`part_of`: chunked cross-entropy is label
+  sparsity's head), and the registry hands its options to that pass's install (`Setup.parts`);
 * `TurboOptions` (args.py) has one field per `Option` the passes declare, so `TurboTrainingArguments`,
   `turbo_arguments(...)` and the command line of an `HfArgumentParser` script get them too;
 * the trainer asks every pass still on whether this trainer refuses it (`refused_by_trainer`, e.g. label
@@ -25,8 +28,9 @@ that raises (its option would be missing).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 from typing import Any
 
 _PASSES: dict[str, PassSpec] = {}
@@ -70,14 +74,14 @@ class StepPlace:
 
 @dataclass(frozen=True)
 class Setup:
-    """What a pass's `install` reads: every pass option's effective value by name, whether to run the
-    self-checks, whether TRL's `fused_lm_head` calls may be answered (passes/fused_head_calls.py), and the
-    passes installed before it (name -> installed pass)."""
+    """What a pass's `install` reads: its own options (an instance of its `PassSpec.options_class`), whether to
+    run the self-checks, whether TRL's `fused_lm_head` calls may be answered (passes/fused_head_calls.py), and
+    the options of the passes it builds as its parts (`PassSpec.part_of`) that are on, by pass name."""
 
-    options: Mapping[str, Any]
+    options: Any
     check: bool = True
     fused_head_calls: bool | str = False
-    installed: Mapping[str, Any] = field(default_factory=dict)
+    parts: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _refused(model) -> bool:
@@ -88,7 +92,7 @@ def _refused(model) -> bool:
 class PassSpec:
     """One pass. `install(model, setup)` returns the installed pass (with `remove()`) or None; None is a
     refusal of the model (said in one warning by the pass, listed in the summary) where `refused_for(model)`,
-    else there was nothing to do (no tanh GELU to fuse). `install=None`: not a model pass (the fused
+    else there was nothing to do (no tanh GELU to fuse). `install=None` (and no `part_of`): not a model pass (the fused
     optimizer, which the trainer applies through the optimizer it creates). `refused_by_trainer(trainer)`:
     why this trainer's loss cannot use the pass (logged by the pass), or None. `label(installed)`: its
     name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
@@ -98,7 +102,11 @@ class PassSpec:
     (the summary lists it as not active with that reason), or None. `collator(installed, inner, place)`: the
     pass's step of the training collator, `inner` wrapped so its batches carry what the pass's hooks read, or
     `inner` itself where `place` (a `StepPlace`) needs nothing; `batch_keys`: the private keys that step adds
-    (named in batch_keys.py), which the pass's model pre-hook takes off (see the module docstring)."""
+    (named in batch_keys.py), which the pass's model pre-hook takes off (see the module docstring).
+    `part_of`: the pass whose install builds this one as a part of it (chunked cross-entropy, label sparsity's
+    head); such a pass has no `install`: the registry hands its options to that install (`Setup.parts`, when
+    it is on), and `optimize()` reports the part that installed pass lists in its `parts` (pass name ->
+    installed part) under this pass's name."""
 
     name: str
     help: str
@@ -115,10 +123,28 @@ class PassSpec:
     listed_when_inactive: bool = True
     collator: Callable[[Any, Any, StepPlace], Any] | None = None
     batch_keys: tuple[str, ...] = ()
+    part_of: str | None = None
 
     @property
     def options(self) -> tuple[Option, ...]:
         return (Option(self.name, self.default, self.help, self.choices, self.off), *self.more_options)
+
+    @property
+    def is_model_pass(self) -> bool:
+        """Installed on the model by `optimize()`, itself or as a part of another pass."""
+        return self.install is not None or self.part_of is not None
+
+    @functools.cached_property
+    def options_class(self) -> type:
+        """This pass's own options: a frozen dataclass with one field per option it declares, named as the
+        option (`padding_free_row_tokens`, as in `TurboOptions` and `optimize()`), typed by its default."""
+        name = "".join(word.title() for word in self.name.split("_")) + "Options"
+        fields = [(option.name, option.type, field(default=option.default)) for option in self.options]
+        return make_dataclass(name, fields, frozen=True, namespace={"__module__": __name__})
+
+    def options_from(self, values: Mapping[str, Any]) -> Any:
+        """This pass's options, taken from every model-pass option's effective value (`option_values`)."""
+        return self.options_class(**{option.name: values[option.name] for option in self.options})
 
     def label_of(self, installed: Any) -> str:
         return self.label(installed) if self.label is not None else self.name
@@ -148,8 +174,19 @@ def passes() -> list[PassSpec]:
 
 
 def model_passes() -> list[PassSpec]:
-    """The passes `optimize()` installs on a model."""
-    return [spec for spec in passes() if spec.install is not None]
+    """The passes `optimize()` installs on a model (itself, or as a part of another)."""
+    return [spec for spec in passes() if spec.is_model_pass]
+
+
+def setup_for(spec: PassSpec, values: Mapping[str, Any], check: bool, fused_head_calls: bool | str) -> Setup:
+    """What `spec`'s install is handed: its own options and, of the passes it builds as parts, the options of
+    each one that is on (`values`: every model-pass option's effective value, `option_values`)."""
+    parts = {
+        part.name: part.options_from(values)
+        for part in passes()
+        if part.part_of == spec.name and values[part.name] != part.off
+    }
+    return Setup(spec.options_from(values), check, fused_head_calls, parts)
 
 
 def pass_names() -> list[str]:
