@@ -33,6 +33,7 @@ from turbotrain import TurboTrainer, TurboTrainingArguments, optimize
 from turbotrain.backends import BackendUnavailable
 from turbotrain.passes.embedding_grad import apply_embedding_grad
 from turbotrain.passes.fused_optimizer import fused_adamw
+from turbotrain.passes.registry import StepPlace
 from turbotrain.passes.self_check import RunPrecision, run_precision
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}
@@ -118,9 +119,7 @@ def rewritten(case: Case, stock, device: torch.device, dtype: torch.dtype):
         apply_embedding_grad(model, on_accelerators=True)
 
     def feed(padded: dict) -> dict:
-        collator = report.collator(lambda features: {k: v.clone() for k, v in padded.items()})
-        if report.label_sparsity is not None and device.type != "cpu":
-            collator = report.label_sparsity.host_rows_collator(collator)
+        collator = report.collator(lambda features: {k: v.clone() for k, v in padded.items()}, StepPlace(device))
         return {k: v.to(device) if hasattr(v, "to") else v for k, v in collator(None).items()}
 
     return model, feed, report

@@ -44,7 +44,6 @@ LAYERS = (
             "checkpoint_weights",
             "hidden_callbacks",
             "token_budget",
-            "device_step",
             "compiled_step",
         ),
     ),

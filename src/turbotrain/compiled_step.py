@@ -46,7 +46,7 @@ def compile(
     first = next(module.parameters(), None)
     where = torch.device(device) if device is not None else (first.device if first is not None else torch.device("cpu"))
     chosen = get_backend(backend, backend_options)
-    if type(chosen).training_loop is not Backend.training_loop:
+    if chosen.owns_loop:
         raise ValueError(
             f"backend '{chosen.name}' runs a whole training loop of its own, not a module's step: "
             "use TurboTrainer with it, or choose eager, inductor or onnxruntime"

@@ -25,8 +25,9 @@ which forwards them to the public `turbo_*` methods here:
   speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
   (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
-* `get_train_dataloader`: the training batches go through the padding-free packer, and on an
-  accelerator get label sparsity's kept rows chosen on the host (device_step.py: no sync in the step);
+* `get_train_dataloader`: the training batches go through the installed passes' collator steps
+  (`OptimizeReport.collator`, one loop over the passes: the padding-free packer; on an accelerator inside
+  Trainer's loop, label sparsity's kept rows chosen on the host, passes/host_rows.py: no sync in the step);
   evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
 * the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
   the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3).
@@ -64,7 +65,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import bf16_emulation, checkpoints, device_step
+from turbotrain import bf16_emulation, checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
@@ -73,7 +74,7 @@ from turbotrain.hidden_callbacks import HiddenCallbacks
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
-from turbotrain.passes.registry import trainer_refusals
+from turbotrain.passes.registry import StepPlace, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
@@ -184,8 +185,17 @@ class TurboMixin(TrainerBoundary):
         # during Trainer.__init__ the options are not read yet; __init__ prepares that model afterwards
         return self._prepare_model(model) if self._turbo_ready else model
 
+    def _turbo_train_collator(self):
+        """The collator the training dataloader uses: the user's through each installed pass's collator step, for
+        a step on this run's device, inside Trainer's loop unless the backend owns its loop; None for the user's."""
+        report, inner = self.turbo_report, self.data_collator
+        if report is None or inner is None:
+            return None
+        collator = report.collator(inner, StepPlace(self.args.device, in_trainer_loop=not self.backend.owns_loop))
+        return None if collator is inner else collator
+
     def get_train_dataloader(self):
-        collator = device_step.train_collator(self)
+        collator = self._turbo_train_collator()
         if collator is None:
             return super().get_train_dataloader()
         user_collator = self.data_collator

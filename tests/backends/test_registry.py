@@ -15,6 +15,14 @@ def test_auto_is_the_measuring_backend():
     assert get_backend("auto").summary().startswith("auto: ")
 
 
+def test_a_backend_owns_its_loop_exactly_when_it_replaces_trainers():
+    # the trainer reads `owns_loop` (its collator steps' place), Trainer's boundary calls `training_loop`
+    for name in backend_names():
+        cls = registry.backend_class(name)
+        assert cls.owns_loop == (cls.training_loop is not Backend.training_loop), name
+    assert registry.backend_class("xla").owns_loop and not registry.backend_class("eager").owns_loop
+
+
 def test_unknown_name_raises_with_valid_list():
     with pytest.raises(ValueError, match="valid backends: auto, eager"):
         get_backend("nope")

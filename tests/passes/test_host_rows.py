@@ -1,5 +1,6 @@
 """Kept rows chosen in the collator (passes/host_rows.py): the model uses them instead of its own `nonzero`,
-never sees the keys, gets the same loss and gradients, and the trainer adds them only for an accelerator."""
+never sees the keys, gets the same loss and gradients, and the trainer adds them only for an accelerator inside
+Trainer's loop (label sparsity's collator step, one of the steps `OptimizeReport.collator` loops over)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,23 @@ import torch
 
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import CAUSAL, FAMILIES, batch, make, padded_batch
-from turbotrain import device_step, optimize
+from turbotrain import optimize
 from turbotrain.backends.base import Backend
+from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 from turbotrain.passes import host_rows, label_sparsity
 from turbotrain.passes.label_sparsity import labelled_rows
+from turbotrain.passes.registry import StepPlace
+from turbotrain.trainer import TurboMixin
 
 
 def with_host_rows(family: str, inputs: dict) -> dict:
     return host_rows.HostRowsCollator(lambda features: dict(features), causal=family in CAUSAL)(inputs)
 
 
-def test_wanted_only_off_the_cpu():
-    assert not host_rows.wanted("cpu")
-    assert host_rows.wanted("cuda") and host_rows.wanted(torch.device("cuda", 1)) and host_rows.wanted("xpu")
+def test_wanted_only_off_the_cpu_inside_trainers_loop():
+    assert not host_rows.wanted(StepPlace("cpu"))
+    assert host_rows.wanted(StepPlace("cuda")) and host_rows.wanted(StepPlace(torch.device("cuda", 1)))
+    assert host_rows.wanted(StepPlace("xpu")) and not host_rows.wanted(StepPlace("cuda", in_trainer_loop=False))
 
 
 @pytest.mark.parametrize("family", ["gpt2", "roberta"])
@@ -31,9 +36,9 @@ def test_collator_adds_the_rows_the_model_would_choose(family):
     inputs = batch(3, 11, keep=0.4, seed=2)
     made = with_host_rows(family, dict(inputs))
     rows, targets = labelled_rows(inputs["labels"], family in CAUSAL)
-    torch.testing.assert_close(made[host_rows.ROWS], rows, rtol=0, atol=0)
-    torch.testing.assert_close(made[host_rows.TARGETS], targets, rtol=0, atol=0)
-    assert made[host_rows.GRID].shape == (3, 11, 0) and made[host_rows.GRID].numel() == 0
+    torch.testing.assert_close(made[LABEL_ROWS], rows, rtol=0, atol=0)
+    torch.testing.assert_close(made[LABEL_TARGETS], targets, rtol=0, atol=0)
+    assert made[LABEL_GRID].shape == (3, 11, 0) and made[LABEL_GRID].numel() == 0
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -53,7 +58,7 @@ def test_model_uses_the_collators_rows_and_matches_stock(family, monkeypatch):
     monkeypatch.setattr(label_sparsity, "labelled_rows", no_nonzero)
     got = loss_and_grads(sparse, given)
     assert_same(expected, got)
-    assert all(key not in keys for keys in seen for key in host_rows.KEYS)  # hooks after it see no keys
+    assert all(key not in keys for keys in seen for key in HOST_ROWS_KEYS)  # hooks after it see no keys
 
 
 def test_rows_for_other_labels_are_not_used(monkeypatch):
@@ -62,7 +67,7 @@ def test_rows_for_other_labels_are_not_used(monkeypatch):
     optimize(sparse, padding_free=False, embedding_grad=False)
     inputs = batch(2, 9, keep=0.5, seed=4)
     stale = with_host_rows("gpt2", batch(2, 7, keep=0.5, seed=5))  # made for [2, 7] labels
-    mixed = {**inputs, **{key: stale[key] for key in host_rows.KEYS}}
+    mixed = {**inputs, **{key: stale[key] for key in HOST_ROWS_KEYS}}
     calls = []
     real = label_sparsity.labelled_rows
     monkeypatch.setattr(label_sparsity, "labelled_rows", lambda *a: calls.append(1) or real(*a))
@@ -86,15 +91,15 @@ def test_packed_batches_get_rows_after_packing():
     model = make("llama", dropout=False)
     report = optimize(model, embedding_grad=False)
     assert report.padding_free is not None
-    inner = report.collator(lambda features: padded_batch([6, 2, 9], keep=0.7, seed=3))
-    made = report.label_sparsity.host_rows_collator(inner)(None)
+    made = report.collator(lambda features: padded_batch([6, 2, 9], keep=0.7, seed=3), StepPlace("cuda"))(None)
     rows, _ = labelled_rows(made["labels"], causal=True)  # the packed labels, first token of each sequence dropped
-    torch.testing.assert_close(made[host_rows.ROWS], rows, rtol=0, atol=0)
-    assert made[host_rows.GRID].shape[:2] == made["labels"].shape
+    torch.testing.assert_close(made[LABEL_ROWS], rows, rtol=0, atol=0)
+    assert made[LABEL_GRID].shape[:2] == made["labels"].shape
 
 
 class OwnLoop(Backend):
     name = "own-loop-test"
+    owns_loop = True
 
     def training_loop(self, trainer):
         return lambda *args, **kwargs: None
@@ -112,8 +117,9 @@ def fake_trainer(device: str, backend: Backend, padding_free: bool = True):
 
 
 def test_trainer_adds_host_rows_only_on_an_accelerator_inside_trainers_loop():
-    on_cpu = device_step.train_collator(fake_trainer("cpu", Backend()))
+    train_collator = TurboMixin._turbo_train_collator
+    on_cpu = train_collator(fake_trainer("cpu", Backend()))
     assert not isinstance(on_cpu, host_rows.HostRowsCollator)  # the CPU: packing only, batches as before
-    assert isinstance(device_step.train_collator(fake_trainer("cuda", Backend())), host_rows.HostRowsCollator)
-    assert not isinstance(device_step.train_collator(fake_trainer("cuda", OwnLoop())), host_rows.HostRowsCollator)
-    assert device_step.train_collator(fake_trainer("cpu", Backend(), padding_free=False)) is None
+    assert isinstance(train_collator(fake_trainer("cuda", Backend())), host_rows.HostRowsCollator)
+    assert not isinstance(train_collator(fake_trainer("cuda", OwnLoop())), host_rows.HostRowsCollator)
+    assert train_collator(fake_trainer("cpu", Backend(), padding_free=False)) is None

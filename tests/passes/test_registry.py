@@ -1,18 +1,21 @@
 """One registry of passes: a pass registered in one place reaches `optimize`, `TurboOptions` (and so the
-arguments), the run's summary and the benchmark's `--turbo-off`, with no other file edited."""
+arguments), the run's summary, the benchmark's `--turbo-off` and, with a batch side, the training collator,
+with no other file edited."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
 
 import turbotrain
 from tests.tiny_models import llm
-from turbotrain import optimize
+from turbotrain import batch_keys, optimize
+from turbotrain.batch_keys import SEQUENCE_STARTS
 from turbotrain.passes import registry
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,18 +26,42 @@ THROWAWAY = '''
 import contextlib, io, tempfile
 from dataclasses import fields
 
+import torch
+
 from turbotrain.passes.registry import PassSpec, register_pass
+
+KEY = "throwaway_examples"  # the batch key its collator step adds
+SEEN = []  # per call its hook took the key off: (the count, the other passes' batch keys still in the call)
 
 
 class Mark:
-    """The throwaway pass: a flag on the model, taken off by remove()."""
+    """The throwaway pass: a flag on the model and a hook that takes its batch key off, undone by remove()."""
 
     def __init__(self, model):
         self.model = model
         model.marked_by_throwaway = True
+        self.handle = model.register_forward_pre_hook(self.take_count, with_kwargs=True)
+
+    def take_count(self, module, args, kwargs):
+        if KEY not in kwargs:
+            return None
+        SEEN.append((int(kwargs[KEY]), sorted(key for key in kwargs if key in PRIVATE_KEYS)))
+        return args, {key: value for key, value in kwargs.items() if key != KEY}
 
     def remove(self):
+        self.handle.remove()
         del self.model.marked_by_throwaway
+
+
+def count_examples(installed, inner, place):
+    """Its collator step: the batch's number of examples under KEY."""
+
+    def collate(features):
+        batch = inner(features)
+        batch[KEY] = torch.tensor(len(features))
+        return batch
+
+    return collate
 
 
 register_pass(
@@ -44,12 +71,18 @@ register_pass(
         order=99,
         install=lambda model, setup: Mark(model),
         label=lambda installed: "throwaway (marked)",
+        collator=count_examples,
+        batch_keys=(KEY,),
     )
 )
 
-from tests.tiny_models import make
+from tests.tiny_models import make, padded_batch
 from tests.trainer_helpers import turbo_trainer
 from turbotrain import TurboOptions, TurboTrainingArguments, optimize
+from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_ROWS, PACKING_KEYS, SEQUENCE_STARTS
+from turbotrain.passes.registry import StepPlace
+
+PRIVATE_KEYS = {*HOST_ROWS_KEYS, *PACKING_KEYS}
 from turbotrain.bench.counting import BatchCounter
 from turbotrain.bench.workload import BenchData
 from turbotrain.bench.workloads import make_workload
@@ -65,6 +98,27 @@ report = optimize(model)
 assert report.applied[-1] == "throwaway" and model.marked_by_throwaway and report.throwaway is not None
 report.undo()
 assert not hasattr(model, "marked_by_throwaway")
+
+# its batch side: installed last, its step is the innermost of the training collator, and its hook, which runs
+# after label sparsity's and padding-free's (installed first), finds their keys taken off; the model sees none
+model = make("llama", dropout=False)
+report = optimize(model)
+assert {"label_sparsity", "padding_free"} <= set(report.applied) and report.applied[-1] == "throwaway"
+batch = report.collator(lambda features: padded_batch([6, 2, 9], keep=0.7), StepPlace("cuda"))([None] * 3)
+assert {KEY, LABEL_ROWS, SEQUENCE_STARTS} <= set(batch)  # host rows (as on an accelerator) and packing too
+reached = []
+model.register_forward_pre_hook(lambda module, args, kwargs: reached.append(sorted(kwargs)), with_kwargs=True)
+model(**batch)
+assert SEEN == [(3, [])], SEEN
+assert not PRIVATE_KEYS.union([KEY]).intersection(reached[0]), reached
+
+# and TurboTrainer's training dataloader: the step's key reaches the hook on every step, then goes
+SEEN.clear()
+with tempfile.TemporaryDirectory() as tmp:
+    from pathlib import Path
+
+    turbo_trainer("llama", Path(tmp), model=make("llama", dropout=False), max_steps=2, backend="eager").train()
+assert SEEN == [(4, []), (4, [])], SEEN
 
 # the summary: by its label when active, "off by option" when switched off
 with tempfile.TemporaryDirectory() as tmp:
@@ -108,9 +162,22 @@ def test_a_pass_registered_after_the_options_were_built_is_refused():
     assert "too_late" not in registry.pass_names()
 
 
-def test_one_name_per_pass_everywhere():
-    from dataclasses import fields
+def test_a_batch_key_two_passes_would_add_is_refused(monkeypatch):
+    monkeypatch.setattr(registry, "_OPTIONS_BUILT", False)
+    monkeypatch.setattr(registry, "_PASSES", dict(registry._PASSES))
+    spec = registry.PassSpec(name="second_packer", help="", order=99, install=None, batch_keys=(SEQUENCE_STARTS,))
+    with pytest.raises(ValueError, match="batch keys another pass adds: \\['turbotrain_sequence_starts'\\]"):
+        registry.register_pass(spec)
 
+
+def test_every_key_a_pass_adds_is_named_in_batch_keys():
+    named = {value for name, value in vars(batch_keys).items() if name.isupper() and isinstance(value, str)}
+    declared = [key for spec in registry.passes() for key in spec.batch_keys]
+    assert declared and set(declared) <= named and len(declared) == len(set(declared))
+    assert all(spec.batch_keys for spec in registry.passes() if spec.collator is not None)
+
+
+def test_one_name_per_pass_everywhere():
     from turbotrain import TurboOptions
 
     names = registry.pass_names()
@@ -125,6 +192,28 @@ def test_unknown_pass_options_are_refused():
         optimize(llm(), chunked_ce="always")
     with pytest.raises(ValueError, match="chunked_cross_entropy must be one of auto, always, never"):
         optimize(llm(), chunked_cross_entropy="sometimes")
+
+
+def test_each_pass_is_handed_its_own_frozen_options_and_its_parts_options():
+    values = registry.option_values({"padding_free_row_tokens": "longest", "chunked_cross_entropy": "always"})
+    for spec in registry.model_passes():
+        options = registry.setup_for(spec, values, check=True, fused_head_calls=False).options
+        assert [field.name for field in fields(options)] == [option.name for option in spec.options], spec.name
+        with pytest.raises(FrozenInstanceError):
+            setattr(options, spec.name, spec.off)
+    padding = registry.setup_for(registry.get_pass("padding_free"), values, check=True, fused_head_calls=False)
+    assert type(padding.options).__name__ == "PaddingFreeOptions" and not padding.parts
+    assert padding.options.padding_free_row_tokens == "longest" and padding.options.padding_free_attention == "packed"
+    # the chunked head is label sparsity's part: the registry states it and hands its options over, when on
+    assert registry.get_pass("chunked_cross_entropy").part_of == "label_sparsity"
+    sparsity = registry.get_pass("label_sparsity")
+    handed = registry.setup_for(sparsity, values, check=True, fused_head_calls=False).parts
+    assert (
+        list(handed) == ["chunked_cross_entropy"] and handed["chunked_cross_entropy"].chunked_cross_entropy == "always"
+    )
+    never = registry.option_values({"chunked_cross_entropy": "never"})
+    assert registry.setup_for(sparsity, never, check=True, fused_head_calls=False).parts == {}
+    assert optimize(llm(), chunked_cross_entropy="never").chunked_cross_entropy is None
 
 
 def test_label_sparsity_gets_its_chunked_head_when_built():

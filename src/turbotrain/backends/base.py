@@ -10,9 +10,10 @@ the trainer computes the effective options once (`TurboOptions.without`).
 install), then `wrap_model(model)` on the model the Trainer will train (`inductor` compiles it in
 place there; `unwrap_model` undoes that), then adds the backend's `callbacks()` to the Trainer (`auto`
 times the steps with one), and logs its `summary()` in the run's one-line summary. A backend whose step cannot run inside Trainer's loop (xla: no `loss.backward()`)
-returns its own loop from `training_loop(trainer)`; the trainer then calls it in place of Trainer's
-inner loop, after Trainer's `train()` has done the setup and resume. The trainer never branches on a
-backend's name.
+returns its own loop from `training_loop(trainer)` and says so in `owns_loop`; the trainer then calls it in
+place of Trainer's inner loop, after Trainer's `train()` has done the setup and resume, and gives the passes'
+collator steps a place outside Trainer's loop (label sparsity's host rows stay out: the loop shapes its
+batches itself). The trainer never branches on a backend's name.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Backend:
     name: ClassVar[str]
     options_class: ClassVar[type[BackendOptions]] = BackendOptions
     turns_off: ClassVar[dict[str, str]] = {}  # turbotrain option -> why this backend cannot use it
+    owns_loop: ClassVar[bool] = False  # True: `training_loop` replaces Trainer's loop (xla)
 
     def __init__(self, options: BackendOptions | None = None):
         self.options = options if options is not None else self.options_class()

@@ -22,7 +22,8 @@ Op -> module -> install, in this file:
   the loss: Σ nll / `num_items_in_batch` when Trainer passes it, else the mean over kept rows (stock's
   reduction; no kept row gives NaN and zero gradients, as stock).
 * install `apply_chunked_ce(model, mode)`, called by label sparsity while it is built (the chunked head
-  is its head from then on): "auto" takes a call over only when its kept logits would exceed
+  is its head from then on; the registry states it, `part_of="label_sparsity"`, and hands label sparsity's
+  install this pass's options): "auto" takes a call over only when its kept logits would exceed
   `AUTO_BYTES` (K·V·4 > 64 MB), "always"/"never" force it. A self-check compares the chunked loss
   (a trial head taking every call, behind a trial label sparsity) with stock on a small batch; a
   mismatch leaves the model on plain label sparsity with one warning. Refused: heads that are not a plain `nn.Linear` (LoRA on `lm_head`) and
@@ -63,6 +64,7 @@ AUTO_BYTES = 64 * 2**20  # take over when the kept fp32 logits would be larger t
 CHUNK_BYTES = 128 * 2**20  # fp32 logits of one chunk (~220 rows at 151,936: dW's read-modify-write per chunk
 # made smaller chunks slower than dense on a 2-core CPU; at 128 MB the chunked head ran as fast as dense)
 MODES = ("auto", "always", "never")
+NAME = "chunked_cross_entropy"  # the pass's name and option; label sparsity builds it as its head (`part_of`)
 
 
 def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
@@ -369,18 +371,19 @@ def _label(installed: ChunkedHead) -> str:
 
 register_pass(
     PassSpec(
-        name="chunked_cross_entropy",
+        name=NAME,
         help=(
             "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
             "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."
         ),
         order=20,
-        # built by label sparsity as its head (apply_chunked_ce above); reported here under its own name
-        install=lambda model, setup: getattr(setup.installed.get("label_sparsity"), "chunked_head", None),
+        # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands
+        # it; reported under its own name. Its refusals leave label sparsity on, with their own warning.
+        install=None,
+        part_of="label_sparsity",
         default="auto",
         choices=MODES,
         off="never",
-        refused_for=lambda model: False,  # its refusals leave label sparsity on, with their own warning
         label=_label,
         listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
     )

@@ -6,19 +6,22 @@ forward can go on: a host sync in every forward, which leaves the GPU idle while
 collator holds the labels on the CPU anyway; there the same `labelled_rows` waits for nothing, and its
 result travels to the device with the batch (pinned, with the rest of it, by the DataLoader).
 
-Contract: `HostRowsCollator(inner, causal)` adds to every batch whose `labels` are [B, T]:
+Contract: `HostRowsCollator(inner, causal)` adds to every batch whose `labels` are [B, T] the three
+`HOST_ROWS_KEYS` (named in batch_keys.py):
 * `turbotrain_label_rows` [K] int64: the flattened [B*T] positions whose target (the next label for a
   causal LM) is not -100;
 * `turbotrain_label_targets` [K]: those targets;
 * `turbotrain_label_grid`: an empty [B, T, 0] tensor whose shape records the labels' shape (no bytes to move).
+It is label sparsity's collator step (`PassSpec.collator`, passes/registry.py), chosen where `wanted`.
 Label sparsity's forward pre-hook takes the three off every call (`split`: the model never sees them) and
 uses the rows in place of its own `nonzero` when the call's labels have the recorded shape. Exact: the same
 function on the same labels gives the same rows and targets, so the numbers are those of the in-model choice.
 Wrong only if code between the collator and the model rewrites label values in place, keeping the shape
 (no Trainer, TRL or turbotrain path does; the shapes are checked on every call).
 
-Where: `wanted(device)`: the step runs on an accelerator. On the CPU there is nothing to wait for, so the
-batches stay as they were (and the numbers are the same either way).
+Where: `wanted(place)`: the step runs on an accelerator, inside Trainer's loop (a backend with a loop of its
+own, xla, shapes its batches itself). On the CPU there is nothing to wait for, so the batches stay as they
+were (and the numbers are the same either way).
 """
 
 from __future__ import annotations
@@ -26,17 +29,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from turbotrain.batch_keys import IGNORE_INDEX
-
-ROWS = "turbotrain_label_rows"
-TARGETS = "turbotrain_label_targets"
-GRID = "turbotrain_label_grid"
-KEYS = (ROWS, TARGETS, GRID)
+from turbotrain.batch_keys import HOST_ROWS_KEYS, IGNORE_INDEX, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
+from turbotrain.passes.registry import StepPlace
 
 
-def wanted(device: torch.device | str) -> bool:
-    """Whether the kept rows should come from the collator: the step runs on an accelerator (a sync there)."""
-    return torch.device(device).type != "cpu"
+def wanted(place: StepPlace) -> bool:
+    """Whether the kept rows should come from the collator: the step runs on an accelerator (a sync there),
+    and Trainer's loop hands the model the collated batch."""
+    return torch.device(place.device).type != "cpu" and place.in_trainer_loop
 
 
 class HostRowsCollator:
@@ -51,17 +51,17 @@ class HostRowsCollator:
         if not torch.is_tensor(labels) or labels.dim() != 2 or labels.is_floating_point():
             return batch
         rows, targets = labelled_rows(labels, self.causal)
-        batch[ROWS], batch[TARGETS] = rows, targets
-        batch[GRID] = labels.new_empty(*labels.shape, 0)
+        batch[LABEL_ROWS], batch[LABEL_TARGETS] = rows, targets
+        batch[LABEL_GRID] = labels.new_empty(*labels.shape, 0)
         return batch
 
 
 def split(kwargs: dict) -> tuple[dict, tuple[torch.Tensor, torch.Tensor, torch.Size] | None]:
     """(kwargs without the collator's keys, (rows, targets, labels shape) or None if the batch had none)."""
-    if ROWS not in kwargs:
+    if LABEL_ROWS not in kwargs:
         return kwargs, None
-    given = (kwargs[ROWS], kwargs[TARGETS], kwargs[GRID].shape[:2])
-    return {k: v for k, v in kwargs.items() if k not in KEYS}, given
+    given = (kwargs[LABEL_ROWS], kwargs[LABEL_TARGETS], kwargs[LABEL_GRID].shape[:2])
+    return {k: v for k, v in kwargs.items() if k not in HOST_ROWS_KEYS}, given
 
 
 def rows_for(given, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:

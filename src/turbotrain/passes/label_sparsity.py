@@ -32,8 +32,8 @@ shapes (the xla backend) chooses the rows on the host too, padded to a fixed cou
 entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Head: chosen when the pass is built (`apply_label_sparsity`), never changed after. Either the model's own
-head and loss run on the kept rows, or, with `chunked_cross_entropy`, a `ChunkedHead` (passes/chunked_ce.py)
-may take a call over: the labels leave the model call, the output projection computes the loss on the
+head and loss run on the kept rows, or, with `chunked_cross_entropy` (registered as this pass's part: the
+registry hands its options to this pass's install), a `ChunkedHead` (passes/chunked_ce.py) may take a call over: the labels leave the model call, the output projection computes the loss on the
 gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head` calls are
 answered the same way where the chunked head was built to (`fused_head_calls`), else left to TRL
 (passes/fused_head_calls.py).
@@ -55,6 +55,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from turbotrain.batch_keys import HOST_ROWS_KEYS
 from turbotrain.modeling import (
     IGNORE_INDEX,
     decoder_input_ids,
@@ -68,7 +69,7 @@ from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
 from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.registry import PassSpec, Setup, register_pass
+from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
 
@@ -240,9 +241,10 @@ class LabelSparsity(HookedPass):
             return self.chunked_head.finish(output)
         return None
 
-    def host_rows_collator(self, inner) -> host_rows.HostRowsCollator:
-        """`inner` with the kept rows added to its batches on the host (for a step on an accelerator)."""
-        return host_rows.HostRowsCollator(inner, self.head.causal)
+    @property
+    def parts(self) -> dict[str, ChunkedHead]:
+        """The passes built as its parts (`PassSpec.part_of`), by name: its chunked head, when it has one."""
+        return {chunked_ce.NAME: self.chunked_head} if self.chunked_head is not None else {}
 
     def remove(self) -> None:
         super().remove()
@@ -319,8 +321,15 @@ def reads_full_logits(trainer) -> str | None:
 
 
 def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
-    chunked = setup.options.get("chunked_cross_entropy", "never")
-    return apply_label_sparsity(model, setup.check, chunked, fused_head_calls=setup.fused_head_calls)
+    chunked = setup.parts.get(chunked_ce.NAME)  # the chunked head's options, handed over when it is on (part_of)
+    mode = chunked.chunked_cross_entropy if chunked is not None else "never"
+    return apply_label_sparsity(model, setup.check, mode, fused_head_calls=setup.fused_head_calls)
+
+
+def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
+    """Label sparsity's collator step: the kept rows chosen on the host where the step would wait for them
+    (passes/host_rows.py: on an accelerator, inside Trainer's loop), else `inner` as it is."""
+    return host_rows.HostRowsCollator(inner, installed.head.causal) if host_rows.wanted(place) else inner
 
 
 register_pass(
@@ -331,5 +340,7 @@ register_pass(
         install=_install,
         refused_by_trainer=reads_full_logits,
         refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
+        collator=host_rows_step,
+        batch_keys=HOST_ROWS_KEYS,
     )
 )

@@ -46,9 +46,19 @@ class OptimizeReport:
         self.skipped.clear()
         self.not_applicable.clear()
 
-    def collator(self, inner):
-        """`inner` wrapped so its padded batches come out packed (unchanged if padding-free is off)."""
-        return self.padding_free.collator(inner) if self.padding_free is not None else inner
+    def collator(self, inner, place: registry.StepPlace | None = None):
+        """The training collator: `inner` wrapped by each installed pass's collator step (`PassSpec.collator`)
+        for a step at `place`, the pass installed last innermost, so the passes' model pre-hooks (run in install
+        order) take the keys off in the reverse order they were added. `inner` itself when no step wraps it
+        (padding-free packs the padded batches; on an accelerator label sparsity adds its kept rows). `place`
+        defaults to a step on the CPU in Trainer's loop."""
+        place = place if place is not None else registry.StepPlace()
+        collator = inner
+        for name, installed in reversed(self.installed.items()):
+            step = registry.get_pass(name).collator
+            if step is not None:
+                collator = step(installed, collator, place)
+        return collator
 
     def __str__(self) -> str:
         applied = ", ".join(self.applied) or "none"
@@ -63,7 +73,8 @@ def optimize(
     `options`: any pass option by name (`label_sparsity=False`, `chunked_cross_entropy="always"`,
     `padding_free_with_dropout=True`, ...; each documented in `TurboOptions` and in its pass's module);
     the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
-    through `report.collator(collator)` (TurboTrainer does this for its training dataloader).
+    through `report.collator(collator)` (TurboTrainer does this for its training dataloader, with where its step
+    runs: `report.collator(collator, StepPlace(device, in_trainer_loop))`).
     `fused_head_calls`: let the chunked head answer TRL's `fused_lm_head` calls, for a caller whose loss
     weights every token alike (True or "equal": TurboTrainer sets it for `turbo(SFTTrainer)` with
     `loss_type="nll"`) or each token by its own factor ("per_row": `turbo(DPOTrainer)`; fused_head_calls.py).
@@ -74,16 +85,16 @@ def optimize(
     values = registry.option_values(options)
     report = OptimizeReport(model_name=type(model).__name__)
     for spec in registry.model_passes():
-        if values[spec.name] == spec.off:
+        if values[spec.name] == spec.off or spec.part_of is not None:  # a part comes with the pass it is part of
             continue
         why = spec.not_applicable(model) if spec.not_applicable is not None else None
         if why is not None:
             _does_not_apply(report, spec.name, why)
             continue
-        setup = registry.Setup(values, self_check, fused_head_calls, dict(report.installed))
-        installed = spec.install(model, setup)
+        installed = spec.install(model, registry.setup_for(spec, values, self_check, fused_head_calls))
         if installed is not None:
             report.installed[spec.name] = installed
+            report.installed.update(getattr(installed, "parts", {}))  # its parts (PassSpec.part_of), by pass name
         elif spec.refused_for(model):
             report.skipped.append(spec.name)
     object.__setattr__(model, REPORT_ATTRIBUTE, report)

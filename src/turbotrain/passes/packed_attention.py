@@ -52,12 +52,12 @@ from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMa
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from turbotrain import hf_boundary, modeling
+from turbotrain.batch_keys import ATTENTION_SEQUENCES
 from turbotrain.passes.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-SEQUENCES = "turbotrain_sequences"
 PREFIX = "turbotrain_packed_"
 SWITCHABLE = ("sdpa", "eager")
 _HALF = (torch.bfloat16, torch.float16)
@@ -77,7 +77,7 @@ def register() -> None:
 
 def packed_attention_forward(original: str, module: nn.Module, query, key, value, attention_mask, **kwargs):
     """The registered function: per-sequence attention for a packed call, the model's own otherwise."""
-    sequences = kwargs.pop(SEQUENCES, None)
+    sequences = kwargs.pop(ATTENTION_SEQUENCES, None)
     stock = _stock_function(original, module)
     if sequences is None:
         return stock(module, query, key, value, attention_mask, **kwargs)

@@ -59,7 +59,6 @@ import torch
 from turbotrain.batch_keys import (
     IGNORE_INDEX,
     PADDED_LABELS,
-    PRIVATE_KEYS,  # noqa: F401  (named here for padding_free.py)
     REAL_TOKENS,
     SEGMENTS,
     SEQUENCE_STARTS,

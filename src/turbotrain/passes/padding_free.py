@@ -78,11 +78,11 @@ import torch
 from torch import nn
 
 from turbotrain import hf_boundary, modeling
+from turbotrain.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
-from turbotrain.passes.packed_attention import SEQUENCES, AttentionSwitch
-from turbotrain.passes.packed_sequences import PACKED_SEQUENCES
-from turbotrain.passes.packing import PRIVATE_KEYS, SEGMENTS, SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.packed_attention import AttentionSwitch
+from turbotrain.passes.packing import PackingSpec, pack_batch
 from turbotrain.passes.padding_free_check import (  # noqa: F401  (re-exported: the pass's self-check)
     _packed,
     carries_state,
@@ -214,7 +214,7 @@ class PaddingFree(HookedPass):
         if SEQUENCE_STARTS not in kwargs:
             return None
         self._starts, segments, given = kwargs[SEQUENCE_STARTS], kwargs[SEGMENTS], kwargs
-        kwargs = {k: v for k, v in kwargs.items() if k not in PRIVATE_KEYS}
+        kwargs = {k: v for k, v in kwargs.items() if k not in PACKING_KEYS}
         mask, dtype = kwargs.get("attention_mask"), next(module.parameters()).dtype
         if self.spec.mask == "sequences":
             self._sequences(module, kwargs, segments, given, dtype)
@@ -241,7 +241,7 @@ class PaddingFree(HookedPass):
         if _takes(inner, "use_cache"):
             kwargs["use_cache"] = False
         if self.attention is not None and self.attention.follow():
-            kwargs[SEQUENCES] = given[PACKED_SEQUENCES].to(segments.device)  # the [R, C] mask stays, unused
+            kwargs[ATTENTION_SEQUENCES] = given[PACKED_SEQUENCES].to(segments.device)  # the [R, C] mask stays, unused
             self.attention.mark_packed()
         elif attention_family(_implementation(inner)) == "flash":
             kwargs.pop("attention_mask", None)
@@ -415,9 +415,9 @@ register_pass(
         install=lambda model, setup: apply_padding_free(
             model,
             check=setup.check,
-            with_dropout=setup.options["padding_free_with_dropout"],
-            row_tokens=_row_tokens(setup.options["padding_free_row_tokens"]),
-            attention=setup.options["padding_free_attention"],
+            with_dropout=setup.options.padding_free_with_dropout,
+            row_tokens=_row_tokens(setup.options.padding_free_row_tokens),
+            attention=setup.options.padding_free_attention,
         ),
         more_options=(
             Option(
@@ -446,5 +446,7 @@ register_pass(
         ),
         refused_by_trainer=trainer_refusal,
         not_applicable=modeling.without_token_input,
+        collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
+        batch_keys=PACKING_KEYS,
     )
 )

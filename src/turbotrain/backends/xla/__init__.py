@@ -49,6 +49,7 @@ class XlaBackend(Backend):
 
     options_class = XlaOptions
     turns_off = NOT_USED
+    owns_loop = True  # Trainer's loop calls loss.backward(): this backend brings its own (loop.py)
 
     def __init__(self, options: XlaOptions | None = None):
         super().__init__(options)
