@@ -72,6 +72,7 @@ def one_run(engine: str, turbo: bool, per_device: int, steps: int, out: Path) ->
         seed=0,
         disable_tqdm=True,
         dataloader_num_workers=0,
+        use_cpu=not torch.cuda.is_available(),  # as TurboTrainingArguments sets for CPU-only torchrun (args.py)
         **({"deepspeed": ZERO3} if engine == "zero3" else {}),
     )
     args = TurboTrainingArguments(**arguments) if turbo else TrainingArguments(**arguments)
