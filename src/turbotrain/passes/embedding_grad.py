@@ -216,7 +216,7 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
             "max_norm, scale_grad_by_freq or sparse gradients."
         )
         return None
-    engine = sharded.engine_of(model)
+    engine = sharded.engine_of(embedding)  # its weight a ZeRO-3 partition or a DTensor
     why = refusal(embedding.weight.device, engine)
     if engine is not None or (why is not None and not on_accelerators):
         log_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: {why}")
