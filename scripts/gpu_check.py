@@ -9,6 +9,7 @@ Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each 
   parity    every pass, alone and together, one step against stock: loss, every gradient, finiteness
   sync      each pass's step under torch.cuda.set_sync_debug_mode ("warn" to attribute, then "error")
   backends  inductor and onnxruntime one step against eager; xla three Trainer steps against stock
+  sharded   DeepSpeed ZeRO-3 and FSDP2 (torchrun, a process per GPU): losses and weights against stock under each
   bench     sft, sft-lora, clm, mlm, asr in bf16: tokens/s, MFU (H200 bf16 peak), peak memory, loss vs stock
 Time: `--budget-s` (default 450 on CUDA: under 8 minutes on one H200 with the start-up) bounds the whole run;
 the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
@@ -38,7 +39,7 @@ os.environ.setdefault("TURBOTRAIN_CACHE", tempfile.mkdtemp(prefix="turbotrain-gp
 
 import torch  # noqa: E402
 
-SECTIONS = ("parity", "sync", "backends", "bench")
+SECTIONS = ("parity", "sync", "backends", "sharded", "bench")
 NEED_S = {"torch_compile": 75.0}  # seconds a row needs left to start (compiling rows more)
 DEFAULT_NEED_S = 20.0
 
@@ -169,6 +170,12 @@ def run(device: torch.device, quick: bool, sections: list[str], budget_s: float)
         rows = parity.backend_parity(device, quick)
         checked += rows
         parts.append("## Backends against eager\n\n" + markdown(rows))
+    if "sharded" in sections:
+        from scripts.gpu_check_sharded import sharded_rows
+
+        rows = sharded_rows(device)
+        checked += rows
+        parts.append("## Sharded engines against stock under the same engine (fp32)\n\n" + markdown(rows))
     bench: list[dict] = []
     if "bench" in sections:
         bench = bench_rows(device, quick, deadline)

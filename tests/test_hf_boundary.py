@@ -168,3 +168,13 @@ def test_the_scan_would_catch_a_private_use(tmp_path):
 def test_sharded_parameters_are_detected():
     assert hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=True))
     assert not hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False))
+
+
+def test_the_sharding_engine_is_named():
+    fsdp2 = SimpleNamespace(
+        is_fsdp_enabled=True,
+        accelerator=SimpleNamespace(state=SimpleNamespace(fsdp_plugin=SimpleNamespace(fsdp_version=2))),
+    )
+    assert hf_boundary.sharding_engine(fsdp2) == "FSDP2"
+    assert hf_boundary.sharding_engine(SimpleNamespace(is_fsdp_enabled=True)) == "FSDP"
+    assert hf_boundary.sharding_engine(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False)) is None

@@ -16,8 +16,8 @@ Two kinds of use:
   resume, loss tracking, log/save/evaluate, finalize), and single private attributes
   (`attention_implementation`; `set_attention_implementation` switches it through the public
   `set_attn_implementation`, for padding-free's packed attention), and the decoder inputs a sequence-to-sequence model builds from its labels
-  (`decoder_input_ids_from_labels`), and whether FSDP or DeepSpeed ZeRO-3 shards the parameters
-  (`shards_parameters`: each parameter a shard of a flat buffer; passes that return sparse gradients refuse then).
+  (`decoder_input_ids_from_labels`), and which engine shards the parameters, FSDP or DeepSpeed ZeRO-3
+  (`sharding_engine`, `shards_parameters`: each parameter a shard; passes that cannot serve it refuse, naming it).
 """
 
 from __future__ import annotations
@@ -194,12 +194,18 @@ def finalize_training(trainer: Trainer, trial, num_train_samples, start_time):
     return trainer._finalize_training(trial, num_train_samples, start_time)
 
 
-def shards_parameters(trainer: Trainer) -> bool:
-    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
+def sharding_engine(trainer: Trainer) -> str | None:
+    """The engine that shards this run's parameters, by name ("DeepSpeed ZeRO-3", "FSDP2", "FSDP"), or None."""
     if getattr(trainer, "is_fsdp_enabled", False):
-        return True
+        plugin = getattr(getattr(getattr(trainer, "accelerator", None), "state", None), "fsdp_plugin", None)
+        return "FSDP2" if getattr(plugin, "fsdp_version", 1) == 2 else "FSDP"
     if not getattr(trainer, "is_deepspeed_enabled", False):
-        return False
+        return None
     from transformers.integrations import is_deepspeed_zero3_enabled
 
-    return bool(is_deepspeed_zero3_enabled())
+    return "DeepSpeed ZeRO-3" if is_deepspeed_zero3_enabled() else None
+
+
+def shards_parameters(trainer: Trainer) -> bool:
+    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
+    return sharding_engine(trainer) is not None

@@ -57,12 +57,14 @@ def not_active(
     refused: dict[str, str],
     skipped: list[str] = (),
     not_applicable: dict[str, str] | None = None,
+    engine: str | None = None,
 ) -> dict[str, str]:
     """Every requested pass that is not running, with why: option off, a backend or trainer refusal, the
     pass's own (`skipped`: its install refused the model, with a warning), or what the model lacks for it
     (`not_applicable`: no token ids for padding-free, no embedding table for its gradient buffer). A pass
     with nothing to do for a model that has what it needs (no tanh GELU to fuse, a classifier for label
-    sparsity) is not listed."""
+    sparsity) is not listed. `engine`: the engine whose shards the parameters were when the passes were installed
+    (a self-check that failed there is said to fail under it)."""
     reasons = {}
     for spec in registry.model_passes():
         name = spec.name
@@ -73,7 +75,8 @@ def not_active(
         elif name in refused:
             reasons[name] = refused[name]
         elif getattr(effective, name) != spec.off and name in skipped:
-            reasons[name] = "refused for this model: see the log above"
+            under = f" under {engine}" if engine else ""
+            reasons[name] = f"refused for this model{under}: see the log above"
         elif getattr(effective, name) != spec.off and name in (not_applicable or {}):
             reasons[name] = f"does not apply: {not_applicable[name]}"
     return reasons

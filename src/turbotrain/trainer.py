@@ -30,7 +30,8 @@ which forwards them to the public `turbo_*` methods here:
   Trainer's loop, label sparsity's kept rows chosen on the host, passes/host_rows.py: no sync in the step);
   evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
 * the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
-  the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3).
+  the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3), and
+  ZeRO-3's partitions are gathered for the checks' length (passes/sharded.py).
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
   carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
@@ -150,7 +151,9 @@ class TurboMixin(TrainerBoundary):
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
         lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}
-        missing = not_active(self.turbo_requested, self.turbo_options, applied, self.turbo_refused, skipped, lacks)
+        engine = self.turbo_report.sharded_by if self.turbo_report is not None else None
+        refused, requested = self.turbo_refused, self.turbo_requested
+        missing = not_active(requested, self.turbo_options, applied, refused, skipped, lacks, engine=engine)
         line = summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
         return line + emulation_note(getattr(self, "turbo_bf16_emulation", False))
 

@@ -74,9 +74,10 @@ def test_tying_is_detected():
 
 
 def test_accelerators_and_sharded_parameters_are_refused():
-    assert refusal("cpu", sharded=False) is None
-    assert "off on cuda" in refusal(torch.device("cuda", 0), sharded=False)
-    assert "sharded" in refusal("cpu", sharded=True) and "sharded" in refusal("cuda", sharded=True)
+    assert refusal("cpu", None) is None
+    assert "off on cuda" in refusal(torch.device("cuda", 0), None)
+    assert refusal("cpu", "DeepSpeed ZeRO-3").startswith("DeepSpeed ZeRO-3 shards the parameters")
+    assert refusal("cuda", "FSDP2").startswith("FSDP2 shards")
 
 
 def test_a_model_off_the_cpu_is_left_stock_unless_asked():

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from scripts.gpu_check import bench_plan, markdown
 from scripts.gpu_check_bench import PEERS, TASKS, loss_difference, unavailable
 
@@ -95,3 +96,17 @@ def test_the_sync_audit_fails_a_sync_in_turbotrain_or_an_extra_one_in_the_backwa
     monkeypatch.setattr(gpu_check_parity, "_phase_sites", lambda *a: next(calls))
     row = gpu_check_parity._sync_row(case, torch.device("cpu"), torch.bfloat16)
     assert row["result"] == "FAIL" and "more than stock in: backward" in row["note"]
+
+
+def test_the_sharded_section_judges_a_worker_result_and_steps_aside_on_the_cpu():
+    from scripts.gpu_check_sharded import judge, sharded_rows
+
+    result = {
+        "stock": {"losses": [10.0, 9.0]},
+        "turbo": {"losses": [10.0, 9.0000001], "passes": ["label_sparsity", "padding_free"]},
+        "weight_difference": 3e-7,
+    }
+    assert judge(result)["result"] == "PASS"
+    assert judge({**result, "weight_difference": 1e-2})["result"] == "FAIL"
+    assert judge({**result, "turbo": {**result["turbo"], "passes": ["label_sparsity"]}})["result"] == "FAIL"
+    assert all("skipped on the CPU" in row["note"] for row in sharded_rows(torch.device("cpu")))

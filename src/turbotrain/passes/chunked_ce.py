@@ -18,7 +18,8 @@ Op -> module -> install, in this file:
 * module `ChunkedHead`: takes over the output projection (`get_output_embeddings()`, or the active
   copy inside a PEFT `modules_to_save` wrapper) for one forward call: label sparsity hands it the kept
   targets and strips the labels from the model call (so the model builds no logits and no loss), the
-  projection returns an empty [K, 0] placeholder in place of the logits, and the model's output gets
+  projection returns an empty [K, 0] placeholder in place of the logits (a view of the NLL, so that an
+  engine's hooks on the head's output see the loss's backward pass: `placeholder`), and the model's output gets
   the loss: Σ nll / `num_items_in_batch` when Trainer passes it, else the mean over kept rows (stock's
   reduction; no kept row gives NaN and zero gradients, as stock).
 * install `apply_chunked_ce(model, mode)`, called by label sparsity while it is built (the chunked head
@@ -268,6 +269,8 @@ class ChunkedHead:
     def finish(self, output):
         """The model's output with the chunked loss in place of the (absent) stock one; clears the call."""
         call = self.call
+        if call is not None and call.nll is not None:
+            call.nll = call.nll + engine_anchor(output)  # + 0, through what the engine made of the head's output
         loss = self.loss() if call is not None and call.nll is not None else None
         self.call = None
         if loss is None or output is None:
@@ -284,16 +287,32 @@ class ChunkedHead:
         if call.fused is not None and self.fused_weighting == fused_head_calls.PER_ROW:
             result = linear_log_probs(flat, linear.weight, linear.bias, call.targets, softcap=self.softcap)
             call.nll, call.entropy, call.is_top1, call.mean_logits = result
-            return hidden.new_empty(*hidden.shape[:-1], 0)  # [K, 0]: no logits
+            return placeholder(call.nll, hidden)
         result = linear_cross_entropy(
             flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=call.want_stats
         )
         call.nll, call.entropy, call.is_top1 = result if call.want_stats else (result, None, None)
-        return hidden.new_empty(*hidden.shape[:-1], 0)  # [K, 0]: no logits
+        return placeholder(call.nll, hidden)
 
     def remove(self) -> None:
         self.projection.__dict__.pop("forward", None)
         self.projection.__dict__.pop("_turbotrain_chunked_ce", None)
+
+
+def placeholder(nll: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """What the head returns in place of logits: [K, 0], empty, yet a view of the per-row NLL [K], so it lies on the
+    loss's autograd path (`finish` adds its sum, 0, to the NLL). An engine that hooks the head module's output sees
+    the loss's gradient pass there: DeepSpeed ZeRO-3 gathers the head's weight again from that hook before the
+    backward reaches the op, as it does for a stock head (passes/sharded.py)."""
+    return nll.view(*hidden.shape[:-1], 1)[..., :0].to(hidden.dtype)  # [K] -> [K, 0]
+
+
+def engine_anchor(output) -> torch.Tensor | float:
+    """The sum (0) of the head's placeholder as the model returned it (its `logits`), or 0.0 without one."""
+    logits = output.get("logits") if isinstance(output, dict) else output[0] if isinstance(output, tuple) else None
+    if not (torch.is_tensor(logits) and logits.numel() == 0 and logits.requires_grad):
+        return 0.0
+    return logits.sum()
 
 
 def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):

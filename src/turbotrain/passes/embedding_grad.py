@@ -31,8 +31,8 @@ Refused (stock embedding kept): `max_norm`, `scale_grad_by_freq` or `sparse=True
 
 Accelerators: off by default (`refusal`, and the stock embedding on any weight not on the CPU unless
 `on_accelerators=True`): the gain is the CPU allocator's page faults, and CUDA's caching allocator keeps
-its blocks, so there is nothing to win. Refused with parameters sharded (FSDP, DeepSpeed ZeRO-3): their
-gradients are reduced and scattered as dense flat shards, which take no sparse gradient. Where it runs on
+its blocks, so there is nothing to win. Refused with parameters sharded (FSDP, DeepSpeed ZeRO-3; the summary
+names the engine): their gradients are reduced and scattered as dense shards, which take no sparse gradient. Where it runs on
 an accelerator anyway, the padding rows' gradients are zeroed in place of being dropped (a boolean index
 would be a host sync in every backward): the same sums, since the padding row's values added are zeros.
 """
@@ -47,7 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.hf_boundary import shards_parameters
+from turbotrain.hf_boundary import sharding_engine
+from turbotrain.passes import sharded
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.tied_rows import TiedRows
 from turbotrain.utils.warnings import log_once, warn_once
@@ -187,10 +188,11 @@ def _forward(self: nn.Embedding, input_ids: torch.Tensor) -> torch.Tensor:
     return _BufferedEmbedding.apply(input_ids, self.weight, installed)
 
 
-def refusal(device: torch.device | str, sharded: bool) -> str | None:
-    """Why the buffer should not be used for a run on `device` (parameters `sharded` by FSDP / ZeRO-3), or None."""
-    if sharded:
-        return "parameters are sharded (FSDP / DeepSpeed ZeRO-3), whose flat dense shards take no sparse gradient"
+def refusal(device: torch.device | str, engine: str | None) -> str | None:
+    """Why the buffer should not be used for a run on `device` with parameters sharded by `engine` (its name:
+    "DeepSpeed ZeRO-3", "FSDP2"; None when whole), or None."""
+    if engine:
+        return f"{engine} shards the parameters: its dense shards take no sparse gradient"
     kind = torch.device(device).type
     if kind != "cpu":
         return (
@@ -214,8 +216,9 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
             "max_norm, scale_grad_by_freq or sparse gradients."
         )
         return None
-    why = refusal(embedding.weight.device, sharded=False)
-    if why is not None and not on_accelerators:
+    engine = sharded.engine_of(embedding)  # its weight a ZeRO-3 partition or a DTensor
+    why = refusal(embedding.weight.device, engine)
+    if engine is not None or (why is not None and not on_accelerators):
         log_once(f"turbotrain: embedding gradient buffer left {type(model).__name__} stock: {why}")
         return None
     projection = modeling.output_projection(model)
@@ -235,7 +238,7 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
 def trainer_refusal(trainer) -> str | None:
     """Why this trainer's run should keep the stock embedding backward: the buffer pays on the CPU only, and
     sharded parameters (FSDP / ZeRO-3) take no sparse gradient."""
-    return refusal(trainer.args.device, sharded=shards_parameters(trainer))
+    return refusal(trainer.args.device, sharding_engine(trainer))
 
 
 register_pass(

@@ -33,8 +33,9 @@ dtype than the base (PEFT's fp32 adapters on a bf16 model) fuse only under autoc
 in one dtype too. Each call checks the state again (a later `merge_adapter()`, `disable_adapter()`,
 `set_adapter([...])`, extra arguments, `torch.compile` or `torch.export` tracing, devices other than CPU
 and CUDA, mixed dtypes without autocast) and runs stock's forward where it no longer holds.
-Saved state is untouched: the same parameters (state dict keys, `save_pretrained`, `merge_and_unload`
-as stock's); `remove()` takes the forwards off. At install one layer of each shape is compared with
+Refused in a run whose parameters an engine shards (DeepSpeed ZeRO-3, FSDP: `trainer_refusal`, naming it): the
+engine gathers each module's parameters for that module's own call, not its parent's.
+Saved state is untouched: the same parameters (state dict keys, `save_pretrained`, `merge_and_unload` as stock's); `remove()` takes the forwards off. At install one layer of each shape is compared with
 stock's forward and backward on a small random input; a mismatch leaves the model stock (one warning).
 """
 
@@ -47,6 +48,7 @@ from collections import Counter
 import torch
 from torch import nn
 
+from turbotrain.hf_boundary import sharding_engine
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -275,6 +277,17 @@ def apply_fused_lora(model: nn.Module, check: bool = True) -> FusedLora | None:
     return FusedLora(eligible)
 
 
+def trainer_refusal(trainer) -> str | None:
+    """Why a sharded run keeps PEFT's forward: the engine gathers a module's parameters for its own call only."""
+    engine = sharding_engine(trainer)
+    if engine is None or trainer.model is None or not lora_layers(trainer.model):
+        return None
+    return (
+        f"{engine} gathers each module's parameters only for that module's own call, and the fused op reads the "
+        "base and adapter weights from the LoRA layer's (each call would fall back to PEFT's forward)"
+    )
+
+
 register_pass(
     PassSpec(
         name="fused_lora",
@@ -285,5 +298,6 @@ register_pass(
         order=55,
         install=lambda model, setup: apply_fused_lora(model, check=setup.check),
         refused_for=lambda model: bool(lora_layers(model)),  # no LoRA layer: nothing to do
+        refused_by_trainer=trainer_refusal,
     )
 )

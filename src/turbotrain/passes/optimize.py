@@ -2,18 +2,21 @@
 
 The passes are the registry's (passes/registry.py), installed in their order, each from the options given
 here over the defaults. Idempotent: a model that already carries the passes is returned as is. `undo()`
-on the report removes them. The fused optimizer is not a model pass: use `fused_adamw(...)` in a custom
-loop, or `TurboTrainingArguments(fused_optimizer=True)` (the default) with `TurboTrainer`.
+on the report removes them. Parameters a sharding engine holds (DeepSpeed ZeRO-3 partitions) are whole for the
+install's self-checks, gathered the engine's way for their length only (passes/sharded.py). The fused optimizer
+is not a model pass: use `fused_adamw(...)` in a custom loop, or `TurboTrainingArguments(fused_optimizer=True)`
+(the default) with `TurboTrainer`.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
 from torch import nn
 
-from turbotrain.passes import registry
+from turbotrain.passes import registry, sharded
 from turbotrain.utils.warnings import log_once
 
 REPORT_ATTRIBUTE = "_turbotrain_report"
@@ -29,6 +32,7 @@ class OptimizeReport:
     installed: dict[str, Any] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     not_applicable: dict[str, str] = field(default_factory=dict)  # pass name -> what the model lacks for it
+    sharded_by: str | None = None  # the engine whose shards the parameters were at install (passes/sharded.py)
 
     def __getattr__(self, name: str):
         if name in registry.pass_names():
@@ -83,7 +87,14 @@ def optimize(
     if existing is not None:
         return existing
     values = registry.option_values(options)
-    report = OptimizeReport(model_name=type(model).__name__)
+    report = OptimizeReport(model_name=type(model).__name__, sharded_by=sharded.engine_of(model))
+    with sharded.whole_parameters(model) if self_check else contextlib.nullcontext():  # checks on whole weights
+        _install(model, report, values, self_check, fused_head_calls)
+    object.__setattr__(model, REPORT_ATTRIBUTE, report)
+    return report
+
+
+def _install(model: nn.Module, report: OptimizeReport, values: dict, self_check: bool, fused_head_calls) -> None:
     for spec in registry.model_passes():
         if values[spec.name] == spec.off or spec.part_of is not None:  # a part comes with the pass it is part of
             continue
@@ -97,8 +108,6 @@ def optimize(
             report.installed.update(getattr(installed, "parts", {}))  # its parts (PassSpec.part_of), by pass name
         elif spec.refused_for(model):
             report.skipped.append(spec.name)
-    object.__setattr__(model, REPORT_ATTRIBUTE, report)
-    return report
 
 
 def _does_not_apply(report: OptimizeReport, name: str, why: str) -> None:

@@ -1,0 +1,66 @@
+"""The GPU check's `sharded` section: turbotrain under DeepSpeed ZeRO-3 and FSDP2 against stock under the same engine.
+
+Each engine is one torchrun launch of tests/scale/sharded_worker.py (stock and turbotrain in the same processes,
+fp32, TF32 off), with one process per GPU (NCCL); on a one-GPU machine that is a world of one, where ZeRO-3 and
+FSDP2 still gather through their hooks. A row: the engine, the passes active, the largest per-step loss difference
+relative to stock's, the trained weights' largest difference relative to the largest weight, PASS within 1e-4
+(TF32 off; the CPU test, tests/scale/test_sharded.py, holds 1e-5). On the CPU the section says it is skipped:
+tests/scale/test_sharded.py runs the same worker there, under gloo, on every suite run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+ENGINES = ("zero3", "fsdp2")
+TOLERANCE = 1e-4
+
+
+def sharded_rows(device: torch.device, timeout_s: float = 300.0) -> list[dict]:
+    if device.type != "cuda":
+        note = "skipped on the CPU: tests/scale/test_sharded.py runs this worker under gloo"
+        return [{"engine": engine, "note": note} for engine in ENGINES]
+    processes = min(2, torch.cuda.device_count())
+    return [_row(engine, processes, timeout_s) for engine in ENGINES]
+
+
+def _row(engine: str, processes: int, timeout_s: float) -> dict:
+    row = {"engine": engine, "processes": processes}
+    out = Path(tempfile.mkdtemp(prefix=f"gpu-check-{engine}-"))
+    command = [
+        *(sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"),
+        *("--rdzv_backend=c10d", "--rdzv_endpoint=localhost:0", "-m", "tests.scale.sharded_worker"),
+        *(str(out), engine, "cuda"),
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {**row, "result": "ERROR", "note": f"timed out after {timeout_s:.0f} s"}
+    if done.returncode != 0:
+        return {**row, "result": "ERROR", "note": done.stderr.strip().splitlines()[-1][:240] if done.stderr else ""}
+    result = json.loads((out / "result.json").read_text())
+    return {**row, **judge(result)}
+
+
+def judge(result: dict) -> dict:
+    """The row's figures and verdict from a worker's result.json."""
+    stock, turbo = result["stock"]["losses"], result["turbo"]["losses"]
+    losses = max(abs(a - b) / abs(b) for a, b in zip(turbo, stock)) if len(turbo) == len(stock) else float("inf")
+    weights = result["weight_difference"]
+    passes = ", ".join(result["turbo"]["passes"])
+    ok = losses <= TOLERANCE and weights <= TOLERANCE and "label_sparsity" in passes and "padding_free" in passes
+    return {
+        "passes": passes,
+        "loss vs stock": f"{losses:.1e}",
+        "weights vs stock": f"{weights:.1e}",
+        "result": "PASS" if ok else "FAIL",
+    }
