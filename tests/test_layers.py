@@ -47,7 +47,10 @@ LAYERS = (
             "compiled_step",
         ),
     ),
-    ("launch and integrations", ("launch", "sft", "__init__")),  # __init__: the lazy front, `sft`'s names among its
+    (
+        "launch and integrations",
+        ("launch", "sft", "preference", "__init__"),
+    ),  # __init__: the lazy front, `sft`'s names among its
     ("bench and pretrain", ("bench", "pretrain", "data")),
     ("cli", ("cli", "__main__")),
 )

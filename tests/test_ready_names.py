@@ -1,5 +1,6 @@
 """The ready names a stock script swaps to by a pure rename: `TurboSeq2SeqTrainer`,
-`TurboSeq2SeqTrainingArguments`, `TurboSFTTrainer`, `TurboSFTConfig` (lazy; TRL's only with the llm extra)."""
+`TurboSeq2SeqTrainingArguments`, `TurboSFTTrainer`, `TurboSFTConfig`, `TurboDPOTrainer`, `TurboDPOConfig`,
+`TurboGRPOTrainer`, `TurboGRPOConfig` (lazy; TRL's only with the llm extra)."""
 
 from __future__ import annotations
 
@@ -69,6 +70,18 @@ def test_seq2seq_names_train_the_stock_losses(tmp_path):
         model=make("bart", dropout=False), args=fast_args, train_dataset=data, data_collator=collator
     )
     assert_losses_close(train_losses(fast), train_losses(stock), rtol=1e-5)
+
+
+@pytest.mark.requires_llm
+def test_dpo_and_grpo_names_are_the_turbo_classes():
+    from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
+
+    assert turbotrain.TurboDPOTrainer is turbo(DPOTrainer) and turbotrain.TurboDPOConfig is turbo_arguments(DPOConfig)
+    assert turbotrain.TurboGRPOTrainer is turbo(GRPOTrainer)
+    assert turbotrain.TurboGRPOConfig is turbo_arguments(GRPOConfig)
+    args = turbotrain.TurboDPOConfig(output_dir="out", beta=0.2, backend="eager", bf16=False)  # TRL: bf16 default
+    again = pickle.loads(pickle.dumps(args))
+    assert type(again) is turbotrain.TurboDPOConfig and (again.beta, again.backend) == (0.2, "eager")
 
 
 @pytest.mark.requires_llm

@@ -3,7 +3,8 @@
     from turbotrain import TurboTrainer, TurboTrainingArguments   # was: Trainer, TrainingArguments
 
 Ready names for the common subclasses: `TurboSeq2SeqTrainer` / `TurboSeq2SeqTrainingArguments`, and
-`TurboSFTTrainer` / `TurboSFTConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
+`TurboSFTTrainer` / `TurboSFTConfig`, `TurboDPOTrainer` / `TurboDPOConfig`, `TurboGRPOTrainer` /
+`TurboGRPOConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
 `turbo(MyTrainer)` and `turbo_arguments(MyArguments)`.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
 `compile(module, backend=...)` puts any module's training step (a diffusers UNet...) on a backend;
@@ -25,6 +26,10 @@ _LAZY = {
     "TurboSeq2SeqTrainer": "turbotrain.trainer",
     "TurboSFTConfig": "turbotrain.sft",  # needs trl (the llm extra): a clear ImportError otherwise
     "TurboSFTTrainer": "turbotrain.sft",
+    "TurboDPOConfig": "turbotrain.preference",  # needs trl too
+    "TurboDPOTrainer": "turbotrain.preference",
+    "TurboGRPOConfig": "turbotrain.preference",
+    "TurboGRPOTrainer": "turbotrain.preference",
     "turbo": "turbotrain.trainer",
     "turbo_arguments": "turbotrain.args",
     "fused_adamw": "turbotrain.passes",

@@ -46,7 +46,8 @@ it steps aside (one log line) for trainers that compute their own loss other tha
 (whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
-(`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py),
+(`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py), and DPOTrainer's separate reference
+model's calls the same way (passes/reference_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
@@ -75,12 +76,19 @@ from turbotrain.hidden_callbacks import HiddenCallbacks
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.packing import PADDED_LABELS
+from turbotrain.passes.reference_calls import answer_reference_calls
 from turbotrain.passes.registry import StepPlace, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.trl_arguments import as_sft_config
-from turbotrain.trl_boundary import TrlTokenCount, counts_tokens_from_mask, fused_call_weighting
+from turbotrain.trl_boundary import (
+    TrlTokenCount,
+    counts_tokens_from_mask,
+    fused_call_weighting,
+    separate_reference_model,
+)
+from turbotrain.utils.freed_memory import release_freed_memory
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
@@ -90,6 +98,7 @@ class TurboMixin(TrainerBoundary):
     """turbotrain's part of a Trainer class; see the module docstring for what it changes."""
 
     turbo_report: OptimizeReport | None = None
+    turbo_reference = None  # DPOTrainer's separate reference model's pass (passes/reference_calls.py), or None
 
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False
@@ -109,7 +118,11 @@ class TurboMixin(TrainerBoundary):
         self.turbo_optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
+            policy = self.model
             self.model = self.model_wrapped = self._prepare_model(self.model)
+            # DPOTrainer's separate reference model: its fused calls answered as the policy's (reference_calls.py)
+            self.turbo_reference = answer_reference_calls(separate_reference_model(self), policy, self.turbo_report)
+            release_freed_memory()  # what the self-checks freed goes back to the system before training
         hidden = [*self.backend.callbacks(), SummaryCallback(self)]  # out of the public list: hidden_callbacks.py
         self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
         if wants_hint(self.args):

@@ -13,6 +13,9 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   of its `fused_lm_head` calls, for the chunked head to answer them (passes/fused_head_calls.py): "equal"
   (that SFTTrainer), "per_row" (`DPOTrainer` without WPO's `use_weighting` or Liger's loss: it reads
   `log_probs`, `entropy`, `mean_logits`, `is_top1` and weights each sequence by its own factor), else None.
+  `unanswered_token_scores(trainer)`: why label sparsity has nothing to act on in a TRL trainer whose calls
+  are not answered (KTO, GRPO, RLOO, ORPO; DPO with WPO or Liger), for the summary to say so.
+  `separate_reference_model(trainer)`: DPOTrainer's `ref_model` where turbotrain may answer its calls too.
   `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
   TRL release has no such class).
 * `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
@@ -21,7 +24,8 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
   private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py): the one place
   turbotrain touches a private TRL name.
-* `sft_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`, or an ImportError naming the extra.
+* `sft_classes(feature)`, `dpo_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer` (`DPOConfig`, `DPOTrainer`),
+  or an ImportError naming the extra.
 * TRL's rebuild of turbo arguments: `trl_arguments.py` (it needs `args`, a layer above this module).
 """
 
@@ -46,6 +50,14 @@ def sft_classes(feature: str) -> tuple[type, type]:
     from trl import SFTConfig, SFTTrainer
 
     return SFTConfig, SFTTrainer
+
+
+def dpo_classes(feature: str) -> tuple[type, type]:
+    """(DPOConfig, DPOTrainer); ImportError naming `pip install 'turbotrain[llm]'` without TRL."""
+    require("trl", feature)
+    from trl import DPOConfig, DPOTrainer
+
+    return DPOConfig, DPOTrainer
 
 
 def _loaded_trl_class(name: str) -> type | None:
@@ -99,6 +111,37 @@ def fused_call_weighting(trainer) -> str | None:
     ):
         return "per_row"
     return None
+
+
+def trl_trainer_name(trainer) -> str | None:
+    """The name of the first TRL class `trainer` (an instance or a class) derives from, or None."""
+    trainer_class = trainer if isinstance(trainer, type) else type(trainer)
+    found = next((c for c in trainer_class.__mro__ if c.__module__.split(".")[0] == "trl"), None)
+    return found.__name__ if found is not None else None
+
+
+def unanswered_token_scores(trainer) -> str | None:
+    """Why label sparsity has nothing to act on in `trainer`, or None: a TRL trainer other than SFTTrainer scores
+    its tokens itself (TRL's fused LM head, or its own log-softmax over logits it asks for without labels),
+    and turbotrain answers those calls only where it knows the trainer's weighting (`fused_call_weighting`)."""
+    name = trl_trainer_name(trainer)
+    if name is None or is_sft_trainer(trainer) or fused_call_weighting(trainer) is not None:
+        return None
+    return (
+        f"TRL's {name} scores its tokens itself (its fused LM head or its own log-softmax), which turbotrain does "
+        "not answer for this trainer: TRL's computation runs"
+    )
+
+
+def separate_reference_model(trainer) -> torch.nn.Module | None:
+    """DPOTrainer's own reference model (`ref_model`, full fine-tuning), where it is a plain module: None for a
+    LoRA run (the reference is the policy with its adapters off), a DeepSpeed or FSDP run, and other trainers."""
+    reference = getattr(trainer, "ref_model", None)
+    if not is_dpo_trainer(trainer) or not isinstance(reference, torch.nn.Module):
+        return None
+    if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+        return None
+    return reference
 
 
 def counts_tokens_from_mask(trainer_class: type) -> bool:

@@ -108,8 +108,35 @@ def test_dpo_with_ld_alpha_weights_tokens_unequally_and_stays_exact(tmp_path, op
     assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-4)
 
 
-def test_dpo_with_wpo_weighting_steps_aside_with_the_stock_numbers(tmp_path, op_calls):
+def test_dpo_with_wpo_weighting_steps_aside_with_the_stock_numbers_and_says_so(tmp_path, op_calls):
     _, stock = dpo_history(tmp_path, False, use_weighting=True, steps=2)
     trainer, fast = dpo_history(tmp_path, True, use_weighting=True, steps=2)
-    assert not op_calls and trainer.turbo_report.chunked_cross_entropy.fused_weighting is None
+    assert not op_calls and trainer.turbo_report.chunked_cross_entropy is None
+    assert trainer.turbo_reference is None
+    summary = trainer.turbo_summary()  # label sparsity would act on no call: not listed as active, with why
+    assert "passes: label_sparsity" not in summary and "label_sparsity (TRL's DPOTrainer scores its tokens" in summary
     assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-4)
+
+
+def test_the_separate_reference_model_s_calls_go_through_the_op_without_gradient(tmp_path, op_calls, monkeypatch):
+    graded = []
+    original = chunked_logprobs.LinearLogProbs.apply
+
+    def noted(*args):
+        graded.append((args[0].requires_grad, args[-1]))  # (hidden needs a gradient, statistics wanted)
+        return original(*args)
+
+    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
+    trainer, _ = dpo_history(tmp_path, True, steps=2)
+    assert trainer.turbo_reference is not None and trainer.turbo_reference.fused_calls_in_eval
+    # one policy call (gradient, statistics) and one reference call (neither) per step
+    assert graded == [(True, True), (False, False)] * 2, graded
+    assert "label_sparsity" in trainer.turbo_summary().split("not active")[0]
+
+
+def test_the_policy_s_self_checks_stand_for_a_reference_of_its_class_and_configuration_only():
+    from turbotrain.passes.reference_calls import same_model
+
+    policy = decoder()
+    assert same_model(decoder(seed=1), policy)  # other weights, same computation
+    assert not same_model(decoder(tied=False), policy)  # another configuration: its own self-checks run

@@ -44,6 +44,23 @@ def test_kto_trainer_gives_the_stock_losses(tmp_path):
     assert_losses_close(*both_ways(tmp_path, KTOTrainer, KTOConfig, labelled, ref=True))
 
 
+def test_kto_summary_names_label_sparsity_not_active_with_why(tmp_path):
+    # KTO's fused calls are not answered (its weighting is not known to turbotrain): no pass changes its head
+    from datasets import Dataset
+    from trl import KTOConfig, KTOTrainer
+
+    rows = prompt_completion_rows(8)
+    labelled = Dataset.from_dict({**rows.to_dict(), "label": [i % 2 == 0 for i in range(8)]})
+    args = turbo_arguments(KTOConfig)(output_dir=str(tmp_path), **COMMON, use_cpu=True, bf16=False)
+    trainer = turbo(KTOTrainer)(
+        model=decoder(), ref_model=decoder(), args=args, train_dataset=labelled, processing_class=tokenizer()
+    )
+    active, _, missing = trainer.turbo_summary().partition("not active")
+    assert "label_sparsity" not in active and "chunked_cross_entropy" not in active
+    assert "label_sparsity (TRL's KTOTrainer scores its tokens itself" in missing
+    assert trainer.turbo_report.label_sparsity is None
+
+
 def test_orpo_trainer_gives_the_stock_losses(tmp_path):
     from trl.experimental import orpo  # TRL 1.x keeps ORPO under experimental (the llm extra pins trl>=1.0)
 

@@ -119,3 +119,15 @@ def test_op_under_cpu_bf16_autocast_recomputes_as_the_forward_did():
     torch.testing.assert_close(results[1][0], results[0][0], rtol=2e-2, atol=2e-2)
     for actual, expected in zip(results[1][1], results[0][1]):
         assert_close_to_scale(actual, expected, 5e-2)
+
+
+def test_op_without_statistics_gives_the_same_log_probs_and_none():
+    # a reference model's call (passes/reference_calls.py): TRL reads its log-probs only
+    tensors, targets, _ = _inputs(19, 500, 12, bias=True)
+    with torch.no_grad():
+        nll, *stats = linear_log_probs(*tensors, targets, chunk_rows=4, want_stats=False)
+        full = linear_log_probs(*tensors, targets, chunk_rows=4)
+        expected = _dense(*tensors, targets, None)
+    assert stats == [None, None, None]
+    assert torch.equal(nll, full[0])
+    torch.testing.assert_close(nll, expected[0], rtol=1e-5, atol=1e-6)

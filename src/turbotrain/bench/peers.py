@@ -11,7 +11,8 @@ with a log line (its loss) each and nothing saved (`segment_arguments`), under b
 `TrainerPeer(trainer, counter).train()` trains one and returns its `PeerRecord`: step times (StepClock,
 measure/timing.py), losses, the backend it ran on (and what `auto` chose), the passes that applied, and
 what its memory split needs (the model, the optimizer, the fp32 logits of its largest step: [rows the
-head ran on, V], one chunk where the chunked head took the call).
+head ran on, V], one chunk where the chunked head took the call), and the memory held when training began
+(`ResidentAtStart`: after the trainer and its passes' self-checks, before the first step).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import ClassVar
 
 import torch
 from transformers import Trainer, TrainingArguments
-from transformers.trainer_callback import PrinterCallback
+from transformers.trainer_callback import PrinterCallback, TrainerCallback
 
 from turbotrain import modeling
 from turbotrain.args import attribute_names, turbo_arguments
@@ -30,6 +31,7 @@ from turbotrain.bench.counting import BatchCounter
 from turbotrain.bench.initial_model import fresh_copy
 from turbotrain.bench.workload import TURBO_PASSES, PeerRecord, Schedule
 from turbotrain.measure.flops import batch_work
+from turbotrain.measure.memory import PeakMemory
 from turbotrain.measure.timing import StepClock
 from turbotrain.passes.chunked_ce import chunk_rows_for
 from turbotrain.passes.registry import off_value
@@ -145,6 +147,17 @@ class TrainerWorkload(Schedule):
         return turbo(self.trainer_class)(args=arguments_class(**turbo_options, **common), **kw)
 
 
+class ResidentAtStart(TrainerCallback):
+    """The memory the process holds when training begins (after the trainer and its passes are built, before the
+    first step): the resident set on a CPU, allocated memory on CUDA (measure/memory.py)."""
+
+    def __init__(self, memory: PeakMemory):
+        self.memory, self.mb = memory, None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.mb = self.memory.current_mb()
+
+
 class TrainerPeer:
     """One peer's trainer; `train()` trains it with its steps timed and nothing printed."""
 
@@ -153,8 +166,9 @@ class TrainerPeer:
 
     def train(self) -> PeerRecord:
         trainer = self.trainer
-        clock = StepClock()
+        clock, at_start = StepClock(), ResidentAtStart(PeakMemory(trainer.args.device))
         trainer.add_callback(clock)
+        trainer.add_callback(at_start)
         trainer.remove_callback(PrinterCallback)
         trainer.train()
         backend = getattr(trainer, "backend", None)
@@ -173,6 +187,7 @@ class TrainerPeer:
             model=trainer.model,
             optimizer=trainer.optimizer,
             logits_bytes=self.logits_bytes(passes, optimized),
+            resident_at_start_mb=at_start.mb,
         )
 
     def logits_bytes(self, passes: list[str], optimized) -> int | None:

@@ -15,7 +15,9 @@
 * `step_s`: every measured step's seconds, round by round (in the JSON);
 * median step seconds, and the first step of round 1 apart (compilation and export land there);
 * peak memory: the largest segment peak over the rounds (measure/memory.py), with that segment's growth
-  split into weights, gradients, optimizer state, logits and the rest (activations);
+  split into weights, gradients, optimizer state, logits and the rest (activations); and the memory held when
+  training began (`memory_at_start_mb`, the median over the rounds: after the trainer was built and its
+  passes self-checked, before the first step), where the peer's record has it;
 * loss difference: the largest |loss - reference loss| over all steps and rounds, absolute and relative;
 * GFLOP/s and MFU, where the workload counts work: the median over the measured steps of the step's
   FLOPs on the work that peer executed (measure/flops.py: with label sparsity the head counts only
@@ -54,6 +56,7 @@ class Segment:
     executed: tuple[bool, bool]  # the work the peer ran: (packed, sparse head)
     peak_mb: float | None = None
     split: MemorySplit | None = None
+    start_mb: float | None = None  # held when training began (before the first step)
 
 
 @dataclass
@@ -119,6 +122,7 @@ def run_segment(workload: Workload, peer: str, model, data, runs: PeerRuns, memo
     steps = len(record.seconds)
     executed = ("padding_free" in record.passes, "label_sparsity" in record.passes)
     segment = Segment(record.seconds, record.losses, counter.counts[:steps], executed, peak)
+    segment.start_mb = getattr(record, "resident_at_start_mb", None)
     if peak is not None and held is not None and record.model is not None:
         segment.split = split_growth(peak - held, record.model, record.optimizer, record.logits_bytes)
     runs.segments.append(segment)
@@ -150,6 +154,7 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
         "gflops_per_s": achieved / 1e9 if achieved is not None else None,
         "mfu": achieved / peak["flops_per_s"] if achieved is not None and peak else None,
         "peak_memory_mb": highest.peak_mb if highest is not None else None,
+        "memory_at_start_mb": _median_or_none([s.start_mb for s in peer.segments if s.start_mb is not None]),
         "memory_split_mb": asdict(highest.split) if highest is not None and highest.split is not None else None,
         "final_loss": peer.losses[0][-1] if peer.losses and peer.losses[0] else None,
     }
@@ -161,6 +166,10 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
     if peer.backend_report:
         row["backend_report"] = peer.backend_report
     return row
+
+
+def _median_or_none(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def paired_work_ratio(runs: PeerRuns, reference: PeerRuns, warmup: int, model: ModelFlops) -> float | None:

@@ -72,6 +72,7 @@ class PeerRecord:
     model: torch.nn.Module | None = None  # for the memory split (measure/memory.py)
     optimizer: torch.optim.Optimizer | None = None
     logits_bytes: int | None = None  # None: not counted
+    resident_at_start_mb: float | None = None  # memory held when training began, before the first step
 
 
 class Workload(Protocol):

@@ -35,7 +35,7 @@ def build_long_rows(
     tokenizer: PreTrainedTokenizerBase, rows: int = 256, longest: int = LONGEST, seed: int = 0
 ) -> SftData:
     lengths = long_tailed_lengths(rows, longest, seed)
-    stream = _token_stream(tokenizer, sum(lengths))
+    stream = token_stream(tokenizer, sum(lengths))
     ids, start = [], 0
     for length in lengths:
         ids.append([stream[(start + i) % len(stream)] for i in range(length)])
@@ -51,7 +51,7 @@ def build_long_rows(
     )
 
 
-def _token_stream(tokenizer: PreTrainedTokenizerBase, wanted: int) -> list[int]:
+def token_stream(tokenizer: PreTrainedTokenizerBase, wanted: int) -> list[int]:
     """The corpus's paragraphs tokenized in order, until `wanted` tokens (or the whole corpus)."""
     stream: list[int] = []
     for paragraph in stdlib_corpus().paragraphs:

@@ -24,14 +24,14 @@ into what a training step must hold, each read from the run itself:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from turbotrain.utils.freed_memory import release_freed_memory
 
 MB = 2**20
 
@@ -57,14 +57,11 @@ class PeakMemory:
 
     def release_freed(self) -> None:
         """Collect garbage and return freed heap memory to the system, so the resident set is what is live."""
-        gc.collect()
         if self.device.type == "cuda":
+            gc.collect()
             torch.cuda.empty_cache()
             return
-        try:
-            ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc: the resident set keeps what the allocator holds
-            pass
+        release_freed_memory()  # not glibc: the resident set keeps what the allocator holds
 
     def peak_mb(self) -> float | None:
         if self.device.type == "cuda":

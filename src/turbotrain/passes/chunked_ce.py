@@ -237,6 +237,7 @@ class ChunkedHead:
         # any weight per token, chunked_logprobs.py)
         self.fused_weighting = fused_head_calls.weighting_of(compose_fused_calls)
         self.compose_fused_calls = self.fused_weighting is not None
+        self.fused_stats = True  # False: a reference model's calls, log-probs only (passes/reference_calls.py)
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
@@ -285,7 +286,9 @@ class ChunkedHead:
         call, linear = self.call, modeling.output_linear(self.projection)
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
         if call.fused is not None and self.fused_weighting == fused_head_calls.PER_ROW:
-            result = linear_log_probs(flat, linear.weight, linear.bias, call.targets, softcap=self.softcap)
+            result = linear_log_probs(
+                flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=self.fused_stats
+            )
             call.nll, call.entropy, call.is_top1, call.mean_logits = result
             return placeholder(call.nll, hidden)
         result = linear_cross_entropy(

@@ -7,7 +7,8 @@ with one shared factor, as the SFT op does (chunked_ce.py: `LinearCrossEntropy`)
 
 Op `LinearLogProbs` (autograd.Function): hidden [K, H] (only the scored rows: completion tokens; prompts and
 padding never reach the head), weight [V, H], bias [V] or None, targets [K] -> per-row NLL [K] (-log p of the
-target), and without gradient per-row entropy [K], whether the target is the arg-max [K], mean logit [K].
+target), and without gradient per-row entropy [K], whether the target is the arg-max [K], mean logit [K]
+(with `want_stats`; a reference model's call skips them: TRL reads only its log-probs).
 Rows go through in chunks of `chunk_rows`: logits z = h·Wᵀ + b [C, V] in fp32 (optionally soft-capped,
 z = c·tanh(z / c)), their log-sum-exp [C] kept for the backward. Nothing of size [K, V] is ever held.
 
@@ -61,14 +62,15 @@ class LinearLogProbs(torch.autograd.Function):
     """Per-row NLL of a linear head for unequal row weights (module docstring)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows):
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats=True):
         rows = hidden.shape[0]
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[2]
         recompute = need_w or need_b
         nll, lse = (hidden.new_empty(rows, dtype=torch.float32) for _ in range(2))
-        entropy, mean_logit = (hidden.new_empty(rows, dtype=torch.float32) for _ in range(2))
-        is_top1 = hidden.new_empty(rows, dtype=torch.bool)
+        stat_rows = rows if want_stats else 0  # without statistics: empty [0] tensors
+        entropy, mean_logit = (hidden.new_empty(stat_rows, dtype=torch.float32) for _ in range(2))
+        is_top1 = hidden.new_empty(stat_rows, dtype=torch.bool)
         dh = torch.empty_like(hidden) if need_h and not recompute else None
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
@@ -76,9 +78,10 @@ class LinearLogProbs(torch.autograd.Function):
             target = targets[part]
             lse[part] = torch.logsumexp(z, dim=1)
             nll[part] = lse[part] - z.gather(1, target[:, None]).squeeze(1)
-            is_top1[part] = z.argmax(dim=1) == target
-            mean_logit[part] = z.mean(dim=1)
-            entropy[part] = lse[part] - (torch.softmax(z, dim=1) * z).sum(dim=1)
+            if want_stats:
+                is_top1[part] = z.argmax(dim=1) == target
+                mean_logit[part] = z.mean(dim=1)
+                entropy[part] = lse[part] - (torch.softmax(z, dim=1) * z).sum(dim=1)
             if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
                 dh[part] = _unit_gradient(z, lse[part], target, tanh).to(weight.dtype) @ weight  # [C, V] x [V, H]
         ctx.softcap, ctx.chunk_rows, ctx.recompute = softcap, chunk_rows, recompute
@@ -96,9 +99,9 @@ class LinearLogProbs(torch.autograd.Function):
         if not ctx.recompute:
             (dh,) = ctx.saved_tensors
             grad_h = None if dh is None else dh * grad_nll[:, None].to(dh.dtype)
-            return grad_h, None, None, None, None, None
+            return grad_h, None, None, None, None, None, None
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        return (*_recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll), None, None, None)
+        return (*_recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll), None, None, None, None)
 
 
 def _autocast_of(device_type: str) -> torch.dtype | None:
@@ -137,9 +140,11 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     )
 
 
-def linear_log_probs(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None):
+def linear_log_probs(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None, want_stats=True):
     """(nll, entropy, is_top1, mean_logit), each [K], of the head on the scored rows `hidden` [K, H].
 
-    The NLL carries gradients for any per-row weighting; the statistics carry none."""
+    The NLL carries gradients for any per-row weighting; the statistics carry none. Without `want_stats`
+    the statistics are None and not computed (a reference model's call: TRL reads its log-probs only)."""
     chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
-    return LinearLogProbs.apply(hidden, weight, bias, targets, softcap or None, chunk_rows)
+    nll, *stats = LinearLogProbs.apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats)
+    return (nll, *stats) if want_stats else (nll, None, None, None)

@@ -23,8 +23,10 @@ it: `trl_boundary.py: fused_call_weighting`):
   per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_logprobs.py, whose backward
   recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`.
 Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
-scores every position.
-Stepped aside (TRL's own forward runs, one log line): every other caller (KTO, GRPO, RLOO: not yet
+scores every position. DPOTrainer's separate reference model gets the same answer (passes/reference_calls.py:
+no gradient, log-probs only, as TRL's reference head returns).
+Stepped aside (TRL's own forward runs, one log line; a trainer whose weighting is unknown gets no label
+sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO, GRPO, RLOO: not yet
 verified, GRPO/RLOO divide the logits by a temperature; `loss_type="dft"`; a model given `optimize()` and
 handed to TRL), chunked cross-entropy set to "never", MoE router losses (`output_router_logits`),
 pre-shifted labels.
@@ -90,7 +92,9 @@ def fused_output(call, loss: torch.Tensor):
     batch, length = targets.shape
     pre_shifted = False
 
-    def spread(values: torch.Tensor) -> torch.Tensor:  # [K] -> [B, T] (or [B, T - 1])
+    def spread(values: torch.Tensor | None) -> torch.Tensor | None:  # [K] -> [B, T] (or [B, T - 1])
+        if values is None:  # a statistic not computed (a reference model's call), None as in TRL's output
+            return None
         flat = values.new_zeros(batch * length).index_copy(0, rows, values)
         full = flat.view(batch, length)
         return full if pre_shifted else full[:, :-1]

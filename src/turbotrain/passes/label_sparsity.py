@@ -38,7 +38,8 @@ gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `
 answered the same way where the chunked head was built to (`fused_head_calls`), else left to TRL
 (passes/fused_head_calls.py).
 
-Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`), calls
+Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`; a reference
+model's fused calls excepted, passes/reference_calls.py), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
 whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
@@ -71,6 +72,7 @@ from turbotrain.passes.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
+from turbotrain.trl_boundary import unanswered_token_scores
 from turbotrain.utils.warnings import warn_once
 
 
@@ -146,6 +148,7 @@ class LabelSparsity(HookedPass):
         self._expected_rows = 0
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.fused_calls_in_eval = False  # a reference model (in eval mode): its fused calls answered too
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -181,9 +184,10 @@ class LabelSparsity(HookedPass):
 
     def _sparse_call(self, module, args, kwargs, given):
         labels = kwargs.get("labels")
-        if not (module.training or self._forced) or labels is None or labels.dim() != 2:
-            return None
         fused = fused_head_calls.is_fused_call(kwargs)  # TRL's fused LM head: answered by the chunked head
+        active = module.training or self._forced or (fused and self.fused_calls_in_eval)
+        if not active or labels is None or labels.dim() != 2:
+            return None
         if fused and not fused_head_calls.can_compose(kwargs, self.chunked_head):
             return None
         if "shift_labels" in kwargs or self._longer_than_decoder_accepts(labels):
@@ -320,6 +324,12 @@ def reads_full_logits(trainer) -> str | None:
     return "label smoothing or a custom compute_loss_func reads the full logits"
 
 
+def refused_by_trainer(trainer) -> str | None:
+    """Why `trainer` leaves label sparsity nothing to do: its loss reads the full logits, or it is a TRL trainer
+    that scores its tokens itself in calls turbotrain does not answer (`trl_boundary.unanswered_token_scores`)."""
+    return reads_full_logits(trainer) or unanswered_token_scores(trainer)
+
+
 def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
     chunked = setup.parts.get(chunked_ce.NAME)  # the chunked head's options, handed over when it is on (part_of)
     mode = chunked.chunked_cross_entropy if chunked is not None else "never"
@@ -338,7 +348,7 @@ register_pass(
         help="Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py).",
         order=10,
         install=_install,
-        refused_by_trainer=reads_full_logits,
+        refused_by_trainer=refused_by_trainer,
         refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
         collator=host_rows_step,
         batch_keys=HOST_ROWS_KEYS,

@@ -55,6 +55,15 @@ LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", 
 OVERRIDES = {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "num_heads": "num_attention_heads"}
 
 
+def with_lora(model, feature: str):
+    """`model` wrapped with PEFT LoRA (r=16, alpha 32, no dropout, on q/k/v/o and the MLP projections)."""
+    require("peft", feature)
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
 @register_workload("sft")
 @dataclass
 class Sft(TrainerWorkload):
@@ -101,13 +110,7 @@ class Sft(TrainerWorkload):
         config = self.config()
         torch.manual_seed(self.seed)
         model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
-        if not self.lora:
-            return model
-        require("peft", "the sft workload's --lora")
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0, target_modules=LORA_TARGETS, task_type="CAUSAL_LM")
-        return get_peft_model(model, lora)
+        return with_lora(model, "the sft workload's --lora") if self.lora else model
 
     def data(self) -> SftData:
         tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))

@@ -1,0 +1,25 @@
+"""Ready names for TRL's preference and RL trainers: `TurboDPOTrainer` / `TurboDPOConfig` and
+`TurboGRPOTrainer` / `TurboGRPOConfig`.
+
+    from turbotrain import TurboDPOConfig, TurboDPOTrainer  # was: from trl import DPOConfig, DPOTrainer
+
+They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's), made once; what turbotrain changes
+for each trainer is in passes/fused_head_calls.py (DPO's per-row weighted log-probs, its reference model's
+calls: passes/reference_calls.py) and the run's summary line (GRPO: TRL's computation runs, and the summary
+says so). Other TRL trainers get the same with `turbo(...)`. TRL is the `llm` extra: importing this module
+without it raises an ImportError naming `pip install 'turbotrain[llm]'`.
+"""
+
+from __future__ import annotations
+
+from turbotrain.args import turbo_arguments
+from turbotrain.trainer import turbo
+from turbotrain.utils.imports import require
+
+require("trl", "TurboDPOTrainer, TurboDPOConfig, TurboGRPOTrainer and TurboGRPOConfig")
+from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer  # noqa: E402 - after the extra's clear error
+
+TurboDPOConfig = turbo_arguments(DPOConfig)
+TurboDPOTrainer = turbo(DPOTrainer)
+TurboGRPOConfig = turbo_arguments(GRPOConfig)
+TurboGRPOTrainer = turbo(GRPOTrainer)
