@@ -25,11 +25,22 @@ fp32/bf16 CPU tensors, returns `EmulatedMatmul`'s result, else lets the call thr
 AutocastCPU kernel would also catch matmuls made inside C++ ops, but it replaces torch's own autocast
 kernel process-wide (torch warns on the override), and its off switch would have to re-implement autocast's
 cast. The mode costs a Python call per torch function while it is entered (a few µs; the steps it is
-for take seconds). The trainer enters it around `training_step` (forward and backward, so gradient
-checkpointing's recomputation is emulated too) and `prediction_step`.
+for take seconds). The trainer enters it around `training_step` (forward and backward) and `prediction_step`.
+
+Gradient checkpointing recomputes a layer's forward inside the backward, and the autograd engine keeps the torch
+function mode stack it started with for the whole backward. torch runs a mode's handler with that mode popped, so a
+`loss.backward()` called inside the mode (which the mode sees: `Tensor.backward` is a torch function) would start
+the engine without it, and the recomputation would run stock autocast against an emulated forward (other saved
+tensors: non-reentrant checkpointing refuses the step; reentrant gets other numbers). The mode therefore answers
+`Tensor.backward` and `torch.autograd.backward` itself: it puts itself back on the stack and starts the engine
+past torch's `__torch_function__` check (`torch_boundary.run_backward`), so the recomputation is emulated as its
+forward was, reentrant or not. Forms it leaves to torch (gradient edges, a dict of `inputs`) and
+`torch.autograd.grad` run as before: without the mode in their backward.
 
 Within one entry of the mode, a leaf tensor's (a parameter's) bf16 copy and its rounded fp32 copy are
-cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once.
+cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once. A copy
+cast under `no_grad` (reentrant checkpointing runs its forward so) is not used where grad is on: it would
+leave the parameter without a gradient.
 
 `decide(setting)`: 'off' never; 'on' always (also where units exist: for tests); 'auto' only where the
 CPU has no bf16 units and a short probe (`probe()`, ~0.2 s once per process) finds the emulated matmul
@@ -39,6 +50,7 @@ faster than stock's bf16 one.
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -46,7 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from turbotrain.torch_boundary import tensor_version
+from turbotrain.torch_boundary import run_backward, tensor_version
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 BF16 = torch.bfloat16
@@ -122,8 +134,11 @@ def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered."""
     if t.is_leaf and t.requires_grad:
         hit = _CACHE.get(id(t))
-        if hit is not None and hit[0] is t and hit[1] == tensor_version(t):
+        # a copy cast under no_grad (reentrant checkpointing's forward) has no graph: recast where grad is on
+        if hit is not None and hit[0] is t and hit[1] == tensor_version(t) and _connected(hit[2]):
             return hit[2], hit[3]
+        if hit is not None:  # replaced: its bf16 copy may be freed and its id reused
+            _FP32_OF.pop(id(hit[2]), None)
         low = t.to(BF16)
         high = low.detach().float()
         _CACHE[id(t)] = (t, tensor_version(t), low, high)
@@ -131,6 +146,11 @@ def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return low, high
     low = t.to(BF16)
     return low, low.detach().float()
+
+
+def _connected(copy: torch.Tensor) -> bool:
+    """Whether a cached copy serves this call: it carries the graph back to its leaf, or no graph is recorded now."""
+    return copy.requires_grad or not torch.is_grad_enabled()
 
 
 def _tensor(x) -> bool:
@@ -181,15 +201,60 @@ def _linear_fuses_bias(x16: torch.Tensor) -> bool:
     return x16.dim() == 2 or (x16.dim() == 3 and x16.is_contiguous())
 
 
+def _as_tuple(value) -> tuple:
+    return (value,) if isinstance(value, torch.Tensor) else tuple(value)
+
+
+def backward_arguments(func, args, kwargs) -> tuple | None:
+    """(tensors, grad_tensors, retain_graph, create_graph, inputs) of a `Tensor.backward` or
+    `torch.autograd.backward` call, as tuples the way torch makes them; None for the forms left to torch itself
+    (gradient edges, a dict of inputs, the deprecated `grad_variables`, empty `inputs`)."""
+    bound = inspect.signature(func).bind(*args, **(kwargs or {}))
+    bound.apply_defaults()
+    named = bound.arguments
+    if func is torch.Tensor.backward:
+        tensors, grads = (named["self"],), named["gradient"]
+    elif named.get("grad_variables") is not None:
+        return None
+    else:
+        tensors, grads = named["tensors"], named["grad_tensors"]
+    inputs = named["inputs"]
+    if isinstance(inputs, dict) or (inputs is not None and not _as_tuple(inputs)):
+        return None
+    tensors = _as_tuple(tensors)
+    inputs = () if inputs is None else _as_tuple(inputs)
+    if not all(isinstance(t, torch.Tensor) for t in (*tensors, *inputs)):
+        return None
+    grads = (None,) * len(tensors) if grads is None else _as_tuple(grads)
+    create = bool(named["create_graph"])
+    retain = create if named["retain_graph"] is None else named["retain_graph"]
+    return tensors, grads, retain, create, inputs
+
+
 class Bf16Emulation(TorchFunctionMode):
     """While entered, CPU bf16 autocast's matmul-class calls run as `EmulatedMatmul` (module docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _BACKWARDS:
+            called = backward_arguments(func, args, kwargs)
+            if called is not None:
+                return self._backward(*called)
         if func in _ALL and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == BF16:
             result = emulated(func, args, kwargs)
             if result is not None:
                 return result
         return func(*args, **(kwargs or {}))
+
+    def _backward(self, tensors, grads, retain_graph, create_graph, inputs) -> None:
+        """The backward with this mode back on the stack. torch runs a mode's handler with the mode popped, and the
+        autograd engine keeps the mode stack it starts with for the whole backward: started from here as
+        `func(...)`, gradient checkpointing's recomputation (which runs inside the backward) would run stock
+        autocast against an emulated forward (other saved tensors: torch's checkpoint refuses them)."""
+        TorchFunctionMode.__enter__(self)  # the base's push, not this class's __exit__ (which clears the caches)
+        try:
+            run_backward(tensors, grads, retain_graph, create_graph, inputs)
+        finally:
+            TorchFunctionMode.__exit__(self, None, None, None)
 
     def __exit__(self, *exc):
         _CACHE.clear()
@@ -211,6 +276,7 @@ _PRODUCTS = {
 }
 _ADDS = {torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm}
 _ALL = _LINEAR | _PRODUCTS | _ADDS
+_BACKWARDS = {torch.Tensor.backward, torch.autograd.backward}
 
 
 # --- the decision ------------------------------------------------------------------------------------
