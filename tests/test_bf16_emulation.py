@@ -129,6 +129,24 @@ def test_parameter_cast_once_per_entry_and_cleared_on_exit():
     assert not bf16_emulation._CACHE and not bf16_emulation._FP32_OF
 
 
+def test_a_cached_parameters_transpose_is_answered_from_the_cache():
+    """The chunked head's `h @ weight.T` under no_grad, per chunk: the weight is rounded once, not per chunk."""
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", BF16), Bf16Emulation():
+        F.linear(x, w)
+        low, _ = bf16_emulation._CACHE[id(w)][2:]
+        with torch.no_grad():
+            assert bf16_emulation._cached_transpose(w.T)[0].data_ptr() == low.data_ptr()
+            assert bf16_emulation._cached_transpose(w.T.contiguous()) is None  # another place: not the leaf
+            emulated = x @ w.T
+            w.mul_(2)
+            assert bf16_emulation._cached_transpose(w.T) is None  # updated since: cast again
+    with torch.autocast("cpu", BF16):
+        stock = x @ (w / 2).T
+    assert within_one_ulp(stock, emulated)
+
+
 def test_cached_parameter_recast_after_an_in_place_update():
     w = torch.nn.Parameter(torch.randn(6, 4))
     x = torch.randn(2, 4)

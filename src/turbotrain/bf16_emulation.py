@@ -38,7 +38,8 @@ forward was, reentrant or not. Forms it leaves to torch (gradient edges, a dict 
 `torch.autograd.grad` run as before: without the mode in their backward.
 
 Within one entry of the mode, a leaf tensor's (a parameter's) bf16 copy and its rounded fp32 copy are
-cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once. A copy
+cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once (its
+`weight.T` too: a leaf's transpose is answered from the leaf's copies). A copy
 cast under `no_grad` (reentrant checkpointing runs its forward so) is not used where grad is on: it would
 leave the parameter without a gradient.
 
@@ -123,6 +124,7 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch
 
 _CACHE: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}  # id(leaf) -> (leaf, version, bf16, fp32)
 _FP32_OF: dict[int, torch.Tensor] = {}  # id(cached bf16 copy) -> its fp32 values
+_LEAF_AT: dict[int, int] = {}  # a cached leaf's data_ptr -> id(leaf), to find it again from its transpose
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:
@@ -143,9 +145,27 @@ def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         high = low.detach().float()
         _CACHE[id(t)] = (t, tensor_version(t), low, high)
         _FP32_OF[id(low)] = high
+        _LEAF_AT[t.data_ptr()] = id(t)
         return low, high
+    cached = _cached_transpose(t)
+    if cached is not None:
+        return cached
     low = t.to(BF16)
     return low, low.detach().float()
+
+
+def _cached_transpose(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A cached leaf's copies, transposed, where `t` is that leaf's `.T` (the chunked head's `h @ weight.T`, made
+    under no_grad inside its op: not a leaf that requires grad, so it would be rounded again every chunk)."""
+    hit = _CACHE.get(_LEAF_AT.get(t.data_ptr(), 0)) if t.dim() == 2 else None
+    if hit is None:
+        return None
+    leaf, version, low, high = hit
+    same_place = t.storage_offset() == leaf.storage_offset() and t.dtype == leaf.dtype
+    transposed = t.shape == leaf.shape[::-1] and t.stride() == leaf.stride()[::-1]
+    if not (same_place and transposed and tensor_version(t) == version and (_connected(low) or not t.requires_grad)):
+        return None
+    return low.mT, high.mT
 
 
 def _connected(copy: torch.Tensor) -> bool:
@@ -259,6 +279,7 @@ class Bf16Emulation(TorchFunctionMode):
     def __exit__(self, *exc):
         _CACHE.clear()
         _FP32_OF.clear()
+        _LEAF_AT.clear()
         return super().__exit__(*exc)
 
 
