@@ -147,6 +147,32 @@ def test_a_cached_parameters_transpose_is_answered_from_the_cache():
     assert within_one_ulp(stock, emulated)
 
 
+def test_no_grad_operands_rounded_in_reused_buffers_bitwise_as_fresh_ones():
+    """The chunked head's per-chunk matmuls (under no_grad, a fresh [rows x vocab] operand each): rounded into
+    buffers kept from the last chunk, the same bits as fresh copies, outputs never aliased, buffers dropped when the
+    backward starts and at exit."""
+    w = torch.nn.Parameter(torch.randn(64, 16))
+    chunks = [torch.randn(5, 64) for _ in range(3)]
+    with torch.autocast("cpu", BF16), Bf16Emulation():
+        fresh = [(dz @ w).detach() for dz in (c.requires_grad_() for c in [t.clone() for t in chunks])]
+        with torch.no_grad():
+            outs = [dz @ w for dz in chunks]
+            pointer = bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr()
+            logits = [h @ w.T for h in (dz[:, :16].contiguous() for dz in chunks)]
+            assert bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr() != pointer  # another shape: replaced
+            assert ("product", torch.float32) in bf16_emulation._SCRATCH
+        for out, again in zip(outs, fresh):
+            assert out.dtype == BF16 and torch.equal(out, again)  # bit for bit; earlier outputs untouched
+        with torch.autocast("cpu", enabled=False):
+            expected = [(h.to(BF16).float() @ w.to(BF16).float().T).to(BF16) for h in (c[:, :16] for c in chunks)]
+        assert all(torch.equal(got, want) for got, want in zip(logits, expected))
+        F.linear(torch.randn(2, 16), w).float().sum().backward()
+        assert not bf16_emulation._SCRATCH
+        with torch.no_grad():
+            chunks[0] @ w
+    assert not bf16_emulation._SCRATCH
+
+
 def test_cached_parameter_recast_after_an_in_place_update():
     w = torch.nn.Parameter(torch.randn(6, 4))
     x = torch.randn(2, 4)

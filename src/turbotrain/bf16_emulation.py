@@ -43,6 +43,11 @@ cached, as autocast caches casts, so the chunked head's per-chunk matmuls round 
 cast under `no_grad` (reentrant checkpointing runs its forward so) is not used where grad is on: it would
 leave the parameter without a gradient.
 
+Where no graph is recorded (the chunked head's per-chunk matmuls run under no_grad inside its op), a contiguous
+non-leaf operand is rounded, and a 2-D GEMM's fp32 product written, into buffers reused from the previous call of the
+same shape (`_SCRATCH`, one per role) instead of fresh [rows × vocab] tensors each chunk: `copy_` rounds as `.to`
+does, so the bits are the same; outputs are still fresh. The buffers are dropped when a backward starts and at exit.
+
 `decide(setting)`: 'off' never; 'on' always (also where units exist: for tests); 'auto' only where the
 CPU has no bf16 units and a short probe (`probe()`, ~0.2 s once per process) finds the emulated matmul
 faster than stock's bf16 one.
@@ -81,7 +86,7 @@ class EmulatedMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, c, alpha, beta, a32, b32):
         with torch.autocast("cpu", enabled=False):  # the fp32 GEMM must not be cast back to bf16
-            out = torch.matmul(a32, b32)
+            out = _product(a32, b32)
             if alpha != 1:
                 out.mul_(alpha)
             if c is not None:
@@ -113,6 +118,14 @@ class EmulatedMatmul(torch.autograd.Function):
         return ga, gb, gc, None, None, None, None
 
 
+def _product(a32: torch.Tensor, b32: torch.Tensor) -> torch.Tensor:
+    """a32 @ b32; where no graph is recorded and both are 2-D, into a reused buffer (the output is read only to
+    round it to bf16, and fresh pages for a chunk's [rows × vocab] logits cost more than the rounding)."""
+    if torch.is_grad_enabled() or a32.dim() != 2 or b32.dim() != 2:
+        return torch.matmul(a32, b32)
+    return torch.mm(a32, b32, out=_scratch("product", (a32.shape[0], b32.shape[1]), torch.float32))
+
+
 def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch.Tensor:
     """aᵀ·g summed to b's shape; a 2-D b (a linear's weight) as one GEMM over every row, not one per batch."""
     if len(b_shape) == 2 and a.dim() > 2:
@@ -125,6 +138,17 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch
 _CACHE: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}  # id(leaf) -> (leaf, version, bf16, fp32)
 _FP32_OF: dict[int, torch.Tensor] = {}  # id(cached bf16 copy) -> its fp32 values
 _LEAF_AT: dict[int, int] = {}  # a cached leaf's data_ptr -> id(leaf), to find it again from its transpose
+_SCRATCH: dict[tuple[str, torch.dtype], torch.Tensor] = {}  # (role, dtype) -> a buffer reused while no graph is made
+
+
+def _scratch(role: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous buffer for one role, kept for the next call of the same shape (one per role: a new shape replaces
+    it). Only for values no graph keeps: used where grad is off, dropped when a backward starts and at exit."""
+    buffer = _SCRATCH.get((role, dtype))
+    if buffer is None or buffer.shape != shape:
+        _SCRATCH.pop((role, dtype), None)  # freed before the new one is made
+        buffer = _SCRATCH[(role, dtype)] = torch.empty(shape, dtype=dtype)
+    return buffer
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:
@@ -132,8 +156,9 @@ def _fp32(t: torch.Tensor) -> torch.Tensor:
     return cached if cached is not None else t.float()
 
 
-def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered."""
+def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered; other
+    contiguous operands rounded into the `role`'s reused buffers where no graph is recorded (nothing keeps them)."""
     if t.is_leaf and t.requires_grad:
         hit = _CACHE.get(id(t))
         # a copy cast under no_grad (reentrant checkpointing's forward) has no graph: recast where grad is on
@@ -150,6 +175,9 @@ def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     cached = _cached_transpose(t)
     if cached is not None:
         return cached
+    if not torch.is_grad_enabled() and t.is_contiguous():
+        low = t if t.dtype == BF16 else _scratch(role, t.shape, BF16).copy_(t)  # copy_ rounds as .to(bf16) does
+        return low, _scratch(role, t.shape, torch.float32).copy_(low)
     low = t.to(BF16)
     return low, low.detach().float()
 
@@ -205,8 +233,8 @@ def emulated(func, args, kwargs):
     a, b, c, alpha, beta, transpose_b = parsed
     if not (_tensor(a) and _tensor(b) and (c is None or _tensor(c))) or a.dim() < 2 or b.dim() < 2:
         return None
-    a16, a32 = _round(a)
-    b16, b32 = _round(b)
+    a16, a32 = _round(a, "a")
+    b16, b32 = _round(b, "b")
     if transpose_b:
         b16, b32 = b16.t(), b32.t()
     c16 = c.to(BF16) if c is not None else None
@@ -270,6 +298,7 @@ class Bf16Emulation(TorchFunctionMode):
         autograd engine keeps the mode stack it starts with for the whole backward: started from here as
         `func(...)`, gradient checkpointing's recomputation (which runs inside the backward) would run stock
         autocast against an emulated forward (other saved tensors: torch's checkpoint refuses them)."""
+        _SCRATCH.clear()  # the forward's buffers: not held through the backward
         TorchFunctionMode.__enter__(self)  # the base's push, not this class's __exit__ (which clears the caches)
         try:
             run_backward(tensors, grads, retain_graph, create_graph, inputs)
@@ -280,6 +309,7 @@ class Bf16Emulation(TorchFunctionMode):
         _CACHE.clear()
         _FP32_OF.clear()
         _LEAF_AT.clear()
+        _SCRATCH.clear()
         return super().__exit__(*exc)
 
 
