@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from turbotrain import bf16_emulation
 from turbotrain.bf16_emulation import Bf16Emulation, Probe, decide, decision_line
@@ -128,6 +129,50 @@ def test_parameter_cast_once_per_entry_and_cleared_on_exit():
     assert not bf16_emulation._CACHE and not bf16_emulation._FP32_OF
 
 
+def test_a_cached_parameters_transpose_is_answered_from_the_cache():
+    """The chunked head's `h @ weight.T` under no_grad, per chunk: the weight is rounded once, not per chunk."""
+    w = torch.nn.Parameter(torch.randn(6, 4))
+    x = torch.randn(3, 4)
+    with torch.autocast("cpu", BF16), Bf16Emulation():
+        F.linear(x, w)
+        low, _ = bf16_emulation._CACHE[id(w)][2:]
+        with torch.no_grad():
+            assert bf16_emulation._cached_transpose(w.T)[0].data_ptr() == low.data_ptr()
+            assert bf16_emulation._cached_transpose(w.T.contiguous()) is None  # another place: not the leaf
+            emulated = x @ w.T
+            w.mul_(2)
+            assert bf16_emulation._cached_transpose(w.T) is None  # updated since: cast again
+    with torch.autocast("cpu", BF16):
+        stock = x @ (w / 2).T
+    assert within_one_ulp(stock, emulated)
+
+
+def test_no_grad_operands_rounded_in_reused_buffers_bitwise_as_fresh_ones():
+    """The chunked head's per-chunk matmuls (under no_grad, a fresh [rows x vocab] operand each): rounded into
+    buffers kept from the last chunk, the same bits as fresh copies, outputs never aliased, buffers dropped when the
+    backward starts and at exit."""
+    w = torch.nn.Parameter(torch.randn(64, 16))
+    chunks = [torch.randn(5, 64) for _ in range(3)]
+    with torch.autocast("cpu", BF16), Bf16Emulation():
+        fresh = [(dz @ w).detach() for dz in (c.requires_grad_() for c in [t.clone() for t in chunks])]
+        with torch.no_grad():
+            outs = [dz @ w for dz in chunks]
+            pointer = bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr()
+            logits = [h @ w.T for h in (dz[:, :16].contiguous() for dz in chunks)]
+            assert bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr() != pointer  # another shape: replaced
+            assert ("product", torch.float32) in bf16_emulation._SCRATCH
+        for out, again in zip(outs, fresh):
+            assert out.dtype == BF16 and torch.equal(out, again)  # bit for bit; earlier outputs untouched
+        with torch.autocast("cpu", enabled=False):
+            expected = [(h.to(BF16).float() @ w.to(BF16).float().T).to(BF16) for h in (c[:, :16] for c in chunks)]
+        assert all(torch.equal(got, want) for got, want in zip(logits, expected))
+        F.linear(torch.randn(2, 16), w).float().sum().backward()
+        assert not bf16_emulation._SCRATCH
+        with torch.no_grad():
+            chunks[0] @ w
+    assert not bf16_emulation._SCRATCH
+
+
 def test_cached_parameter_recast_after_an_in_place_update():
     w = torch.nn.Parameter(torch.randn(6, 4))
     x = torch.randn(2, 4)
@@ -137,6 +182,71 @@ def test_cached_parameter_recast_after_an_in_place_update():
             w.mul_(2)
         after = F.linear(x, w)
     torch.testing.assert_close(after.float(), 2 * before.float(), rtol=2**-7, atol=0)
+
+
+# --- gradient checkpointing: the backward runs under the mode -------------------------------------
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.up, self.down = torch.nn.Linear(24, 40), torch.nn.Linear(40, 24)
+
+    def forward(self, x):
+        return self.down(F.silu(self.up(x))) + x
+
+
+def block_step(checkpointing: dict | None, call_backward=lambda loss: loss.backward()):
+    """(output, every gradient) of an emulated step through `Block`, checkpointed with `checkpointing`'s kwargs."""
+    block = Block()
+    x = torch.randn(3, 11, 24, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    with Bf16Emulation():
+        with torch.autocast("cpu", BF16):
+            out = checkpoint(block, x, **checkpointing) if checkpointing is not None else block(x)
+        call_backward(out.float().square().mean())
+    return out, [x.grad, *(p.grad for p in block.parameters())]
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_checkpoint_recomputation_is_emulated_as_its_forward(reentrant):
+    """The recomputation in the backward runs under the mode (torch runs a mode's handler with the mode popped:
+    a backward started from it would recompute in stock autocast), so the step equals the plain emulated one."""
+    plain_out, plain_grads = block_step(None)
+    out, grads = block_step({"use_reentrant": reentrant})
+    assert torch.equal(out, plain_out)
+    for grad, plain in zip(grads, plain_grads, strict=True):
+        assert torch.equal(grad, plain)
+
+
+BACKWARD_CALLS = {
+    "tensor_backward_gradient": lambda loss: loss.backward(torch.ones_like(loss)),
+    "autograd_backward_list": lambda loss: torch.autograd.backward([loss], [None]),
+    "autograd_backward_retain": lambda loss: torch.autograd.backward(loss, retain_graph=True),
+}
+
+
+@pytest.mark.parametrize("call", BACKWARD_CALLS.values(), ids=BACKWARD_CALLS.keys())
+def test_every_backward_form_recomputes_under_the_mode(call):
+    _, plain_grads = block_step(None)
+    _, grads = block_step({"use_reentrant": False}, call)
+    for grad, plain in zip(grads, plain_grads, strict=True):
+        assert torch.equal(grad, plain)
+
+
+def test_backward_inputs_only_reach_the_inputs_given():
+    block = Block()
+    x = torch.randn(2, 24, requires_grad=True)
+    with Bf16Emulation(), torch.autocast("cpu", BF16):
+        block(x).float().sum().backward(inputs=[block.up.weight])
+    assert block.up.weight.grad is not None and x.grad is None and block.down.weight.grad is None
+
+
+def test_backward_forms_left_to_torch():
+    loss = torch.ones(1, requires_grad=True).sum()
+    assert bf16_emulation.backward_arguments(torch.Tensor.backward, (loss,), {"inputs": {}}) is None
+    called = bf16_emulation.backward_arguments(torch.autograd.backward, (loss,), {"create_graph": True})
+    assert called == ((loss,), (None,), True, True, ())
 
 
 # --- the decision ---------------------------------------------------------------------------------

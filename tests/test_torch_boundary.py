@@ -175,3 +175,19 @@ def test_at_backward_end_runs_once_the_backward_has_finished():
 
     Probe.apply(weight).sum().backward()
     assert len(seen) == 1 and seen[0].tolist() == [2.0, 2.0, 2.0]  # the gradient was already accumulated
+
+
+def test_run_backward_is_torch_autograd_backward_past_its_torch_function_check():
+    from torch.autograd import _make_grads  # noqa: F401  (the names run_backward reaches)
+    from torch.autograd.graph import _engine_run_backward  # noqa: F401
+
+    def grads(backward):
+        w = torch.ones(3, requires_grad=True)
+        v = torch.full((3,), 2.0, requires_grad=True)
+        out = (w * v * torch.arange(3.0)).sum()
+        backward(out, w)
+        return w.grad, v.grad
+
+    stock = grads(lambda out, w: torch.autograd.backward(out, inputs=[w]))
+    mine = grads(lambda out, w: torch_boundary.run_backward((out,), (None,), False, False, (w,)))
+    assert torch.equal(stock[0], mine[0]) and stock[1] is None and mine[1] is None

@@ -25,11 +25,28 @@ fp32/bf16 CPU tensors, returns `EmulatedMatmul`'s result, else lets the call thr
 AutocastCPU kernel would also catch matmuls made inside C++ ops, but it replaces torch's own autocast
 kernel process-wide (torch warns on the override), and its off switch would have to re-implement autocast's
 cast. The mode costs a Python call per torch function while it is entered (a few µs; the steps it is
-for take seconds). The trainer enters it around `training_step` (forward and backward, so gradient
-checkpointing's recomputation is emulated too) and `prediction_step`.
+for take seconds). The trainer enters it around `training_step` (forward and backward) and `prediction_step`.
+
+Gradient checkpointing recomputes a layer's forward inside the backward, and the autograd engine keeps the torch
+function mode stack it started with for the whole backward. torch runs a mode's handler with that mode popped, so a
+`loss.backward()` called inside the mode (which the mode sees: `Tensor.backward` is a torch function) would start
+the engine without it, and the recomputation would run stock autocast against an emulated forward (other saved
+tensors: non-reentrant checkpointing refuses the step; reentrant gets other numbers). The mode therefore answers
+`Tensor.backward` and `torch.autograd.backward` itself: it puts itself back on the stack and starts the engine
+past torch's `__torch_function__` check (`torch_boundary.run_backward`), so the recomputation is emulated as its
+forward was, reentrant or not. Forms it leaves to torch (gradient edges, a dict of `inputs`) and
+`torch.autograd.grad` run as before: without the mode in their backward.
 
 Within one entry of the mode, a leaf tensor's (a parameter's) bf16 copy and its rounded fp32 copy are
-cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once.
+cached, as autocast caches casts, so the chunked head's per-chunk matmuls round the head's weight once (its
+`weight.T` too: a leaf's transpose is answered from the leaf's copies). A copy
+cast under `no_grad` (reentrant checkpointing runs its forward so) is not used where grad is on: it would
+leave the parameter without a gradient.
+
+Where no graph is recorded (the chunked head's per-chunk matmuls run under no_grad inside its op), a contiguous
+non-leaf operand is rounded, and a 2-D GEMM's fp32 product written, into buffers reused from the previous call of the
+same shape (`_SCRATCH`, one per role) instead of fresh [rows × vocab] tensors each chunk: `copy_` rounds as `.to`
+does, so the bits are the same; outputs are still fresh. The buffers are dropped when a backward starts and at exit.
 
 `decide(setting)`: 'off' never; 'on' always (also where units exist: for tests); 'auto' only where the
 CPU has no bf16 units and a short probe (`probe()`, ~0.2 s once per process) finds the emulated matmul
@@ -39,6 +56,7 @@ faster than stock's bf16 one.
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from dataclasses import dataclass
 
@@ -46,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from turbotrain.torch_boundary import tensor_version
+from turbotrain.torch_boundary import run_backward, tensor_version
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 BF16 = torch.bfloat16
@@ -68,7 +86,7 @@ class EmulatedMatmul(torch.autograd.Function):
     @staticmethod
     def forward(ctx, a, b, c, alpha, beta, a32, b32):
         with torch.autocast("cpu", enabled=False):  # the fp32 GEMM must not be cast back to bf16
-            out = torch.matmul(a32, b32)
+            out = _product(a32, b32)
             if alpha != 1:
                 out.mul_(alpha)
             if c is not None:
@@ -100,6 +118,14 @@ class EmulatedMatmul(torch.autograd.Function):
         return ga, gb, gc, None, None, None, None
 
 
+def _product(a32: torch.Tensor, b32: torch.Tensor) -> torch.Tensor:
+    """a32 @ b32; where no graph is recorded and both are 2-D, into a reused buffer (the output is read only to
+    round it to bf16, and fresh pages for a chunk's [rows × vocab] logits cost more than the rounding)."""
+    if torch.is_grad_enabled() or a32.dim() != 2 or b32.dim() != 2:
+        return torch.matmul(a32, b32)
+    return torch.mm(a32, b32, out=_scratch("product", (a32.shape[0], b32.shape[1]), torch.float32))
+
+
 def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch.Tensor:
     """aᵀ·g summed to b's shape; a 2-D b (a linear's weight) as one GEMM over every row, not one per batch."""
     if len(b_shape) == 2 and a.dim() > 2:
@@ -111,6 +137,18 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch
 
 _CACHE: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}  # id(leaf) -> (leaf, version, bf16, fp32)
 _FP32_OF: dict[int, torch.Tensor] = {}  # id(cached bf16 copy) -> its fp32 values
+_LEAF_AT: dict[int, int] = {}  # a cached leaf's data_ptr -> id(leaf), to find it again from its transpose
+_SCRATCH: dict[tuple[str, torch.dtype], torch.Tensor] = {}  # (role, dtype) -> a buffer reused while no graph is made
+
+
+def _scratch(role: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous buffer for one role, kept for the next call of the same shape (one per role: a new shape replaces
+    it). Only for values no graph keeps: used where grad is off, dropped when a backward starts and at exit."""
+    buffer = _SCRATCH.get((role, dtype))
+    if buffer is None or buffer.shape != shape:
+        _SCRATCH.pop((role, dtype), None)  # freed before the new one is made
+        buffer = _SCRATCH[(role, dtype)] = torch.empty(shape, dtype=dtype)
+    return buffer
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:
@@ -118,19 +156,49 @@ def _fp32(t: torch.Tensor) -> torch.Tensor:
     return cached if cached is not None else t.float()
 
 
-def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered."""
+def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered; other
+    contiguous operands rounded into the `role`'s reused buffers where no graph is recorded (nothing keeps them)."""
     if t.is_leaf and t.requires_grad:
         hit = _CACHE.get(id(t))
-        if hit is not None and hit[0] is t and hit[1] == tensor_version(t):
+        # a copy cast under no_grad (reentrant checkpointing's forward) has no graph: recast where grad is on
+        if hit is not None and hit[0] is t and hit[1] == tensor_version(t) and _connected(hit[2]):
             return hit[2], hit[3]
+        if hit is not None:  # replaced: its bf16 copy may be freed and its id reused
+            _FP32_OF.pop(id(hit[2]), None)
         low = t.to(BF16)
         high = low.detach().float()
         _CACHE[id(t)] = (t, tensor_version(t), low, high)
         _FP32_OF[id(low)] = high
+        _LEAF_AT[t.data_ptr()] = id(t)
         return low, high
+    cached = _cached_transpose(t)
+    if cached is not None:
+        return cached
+    if not torch.is_grad_enabled() and t.is_contiguous():
+        low = t if t.dtype == BF16 else _scratch(role, t.shape, BF16).copy_(t)  # copy_ rounds as .to(bf16) does
+        return low, _scratch(role, t.shape, torch.float32).copy_(low)
     low = t.to(BF16)
     return low, low.detach().float()
+
+
+def _cached_transpose(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A cached leaf's copies, transposed, where `t` is that leaf's `.T` (the chunked head's `h @ weight.T`, made
+    under no_grad inside its op: not a leaf that requires grad, so it would be rounded again every chunk)."""
+    hit = _CACHE.get(_LEAF_AT.get(t.data_ptr(), 0)) if t.dim() == 2 else None
+    if hit is None:
+        return None
+    leaf, version, low, high = hit
+    same_place = t.storage_offset() == leaf.storage_offset() and t.dtype == leaf.dtype
+    transposed = t.shape == leaf.shape[::-1] and t.stride() == leaf.stride()[::-1]
+    if not (same_place and transposed and tensor_version(t) == version and (_connected(low) or not t.requires_grad)):
+        return None
+    return low.mT, high.mT
+
+
+def _connected(copy: torch.Tensor) -> bool:
+    """Whether a cached copy serves this call: it carries the graph back to its leaf, or no graph is recorded now."""
+    return copy.requires_grad or not torch.is_grad_enabled()
 
 
 def _tensor(x) -> bool:
@@ -165,8 +233,8 @@ def emulated(func, args, kwargs):
     a, b, c, alpha, beta, transpose_b = parsed
     if not (_tensor(a) and _tensor(b) and (c is None or _tensor(c))) or a.dim() < 2 or b.dim() < 2:
         return None
-    a16, a32 = _round(a)
-    b16, b32 = _round(b)
+    a16, a32 = _round(a, "a")
+    b16, b32 = _round(b, "b")
     if transpose_b:
         b16, b32 = b16.t(), b32.t()
     c16 = c.to(BF16) if c is not None else None
@@ -181,19 +249,67 @@ def _linear_fuses_bias(x16: torch.Tensor) -> bool:
     return x16.dim() == 2 or (x16.dim() == 3 and x16.is_contiguous())
 
 
+def _as_tuple(value) -> tuple:
+    return (value,) if isinstance(value, torch.Tensor) else tuple(value)
+
+
+def backward_arguments(func, args, kwargs) -> tuple | None:
+    """(tensors, grad_tensors, retain_graph, create_graph, inputs) of a `Tensor.backward` or
+    `torch.autograd.backward` call, as tuples the way torch makes them; None for the forms left to torch itself
+    (gradient edges, a dict of inputs, the deprecated `grad_variables`, empty `inputs`)."""
+    bound = inspect.signature(func).bind(*args, **(kwargs or {}))
+    bound.apply_defaults()
+    named = bound.arguments
+    if func is torch.Tensor.backward:
+        tensors, grads = (named["self"],), named["gradient"]
+    elif named.get("grad_variables") is not None:
+        return None
+    else:
+        tensors, grads = named["tensors"], named["grad_tensors"]
+    inputs = named["inputs"]
+    if isinstance(inputs, dict) or (inputs is not None and not _as_tuple(inputs)):
+        return None
+    tensors = _as_tuple(tensors)
+    inputs = () if inputs is None else _as_tuple(inputs)
+    if not all(isinstance(t, torch.Tensor) for t in (*tensors, *inputs)):
+        return None
+    grads = (None,) * len(tensors) if grads is None else _as_tuple(grads)
+    create = bool(named["create_graph"])
+    retain = create if named["retain_graph"] is None else named["retain_graph"]
+    return tensors, grads, retain, create, inputs
+
+
 class Bf16Emulation(TorchFunctionMode):
     """While entered, CPU bf16 autocast's matmul-class calls run as `EmulatedMatmul` (module docstring)."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func in _BACKWARDS:
+            called = backward_arguments(func, args, kwargs)
+            if called is not None:
+                return self._backward(*called)
         if func in _ALL and torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == BF16:
             result = emulated(func, args, kwargs)
             if result is not None:
                 return result
         return func(*args, **(kwargs or {}))
 
+    def _backward(self, tensors, grads, retain_graph, create_graph, inputs) -> None:
+        """The backward with this mode back on the stack. torch runs a mode's handler with the mode popped, and the
+        autograd engine keeps the mode stack it starts with for the whole backward: started from here as
+        `func(...)`, gradient checkpointing's recomputation (which runs inside the backward) would run stock
+        autocast against an emulated forward (other saved tensors: torch's checkpoint refuses them)."""
+        _SCRATCH.clear()  # the forward's buffers: not held through the backward
+        TorchFunctionMode.__enter__(self)  # the base's push, not this class's __exit__ (which clears the caches)
+        try:
+            run_backward(tensors, grads, retain_graph, create_graph, inputs)
+        finally:
+            TorchFunctionMode.__exit__(self, None, None, None)
+
     def __exit__(self, *exc):
         _CACHE.clear()
         _FP32_OF.clear()
+        _LEAF_AT.clear()
+        _SCRATCH.clear()
         return super().__exit__(*exc)
 
 
@@ -211,6 +327,7 @@ _PRODUCTS = {
 }
 _ADDS = {torch.addmm, torch.Tensor.addmm, torch.baddbmm, torch.Tensor.baddbmm}
 _ALL = _LINEAR | _PRODUCTS | _ADDS
+_BACKWARDS = {torch.Tensor.backward, torch.autograd.backward}
 
 
 # --- the decision ------------------------------------------------------------------------------------

@@ -21,6 +21,10 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `will_accumulate(accumulator)`: whether the running backward executes a leaf's gradient accumulator (a
   `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
 * `tensor_version(tensor)`: the tensor's in-place update counter (autocast's cast cache keys on it too).
+* `run_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)`: `torch.autograd.backward`
+  past its `__torch_function__` check (`torch.autograd._make_grads`, `torch.autograd.graph._engine_run_backward`),
+  so the engine starts under the torch function modes on the stack now (bf16_emulation.py: a mode's handler
+  runs with that mode popped, and the engine keeps the mode stack it started with for the whole backward).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ __all__ = [
     "inductor_compile",
     "no_duck_shapes",
     "op_arguments",
+    "run_backward",
     "uncompile",
     "tensor_version",
     "will_accumulate",
@@ -134,3 +139,21 @@ def will_accumulate(accumulator) -> bool:
 
 def tensor_version(tensor: torch.Tensor) -> int:
     return tensor._version
+
+
+def run_backward(
+    tensors: tuple[torch.Tensor, ...],
+    grad_tensors: tuple[torch.Tensor | None, ...],
+    retain_graph: bool,
+    create_graph: bool,
+    inputs: tuple[torch.Tensor, ...],
+) -> None:
+    """What `torch.autograd.backward` does once its arguments are tuples and no `__torch_function__` took the call:
+    the gradients made as it makes them, then the engine, accumulating into the leaves."""
+    from torch.autograd import _make_grads
+    from torch.autograd.graph import _engine_run_backward
+
+    grads = _make_grads(tensors, grad_tensors, is_grads_batched=False)
+    _engine_run_backward(
+        tensors, grads, retain_graph, create_graph, inputs, allow_unreachable=True, accumulate_grad=True
+    )

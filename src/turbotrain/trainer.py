@@ -135,13 +135,6 @@ class TurboMixin(TrainerBoundary):
         if not (self.args.bf16 and self.args.device.type == "cpu"):
             return False
         setting = self.turbo_options.bf16_emulation
-        if setting != "off" and self.args.gradient_checkpointing:
-            log_once(
-                "turbotrain: bf16 emulation steps aside: with gradient checkpointing a recompute under it saved "
-                "other tensors than its forward (seen in a DPOTrainer run); stock autocast runs",
-                logging.WARNING,
-            )
-            return False
         on, measured = bf16_emulation.decide(setting)
         if measured is not None or setting != "auto":
             log_once(bf16_emulation.decision_line(on, measured, setting), logging.WARNING)
@@ -151,7 +144,8 @@ class TurboMixin(TrainerBoundary):
         return bf16_emulation.Bf16Emulation() if self.turbo_bf16_emulation else contextlib.nullcontext()
 
     def training_step(self, *args, **kwargs):
-        """Trainer's step, inside the bf16 emulation where it is on (forward and backward both)."""
+        """Trainer's step, inside the bf16 emulation where it is on: forward and backward both, so gradient
+        checkpointing's recomputation (run in the backward) is emulated as its forward was."""
         with self._turbo_emulating():
             return super().training_step(*args, **kwargs)
 

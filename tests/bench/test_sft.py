@@ -37,6 +37,16 @@ def test_sft_peers_are_checked_and_default_to_trainer_and_trl():
     assert make_workload("sft").peers == ("stock", "trl", "trl+turbo", "turbo")
 
 
+def test_trl_defaults_switch_keeps_trls_bf16_and_gradient_checkpointing(tmp_path):
+    shared = tiny_workload("sft", peers=("stock", "trl")).trl_arguments(str(tmp_path))
+    assert shared["gradient_checkpointing"] is False and shared["bf16"] is False
+    workload = tiny_workload("sft", peers=("stock", "trl"), trl_defaults=True)
+    defaults = workload.trl_arguments(str(tmp_path))
+    assert "gradient_checkpointing" not in defaults and defaults["bf16"] is True  # TRL's own default stays on
+    assert workload.common_arguments(str(tmp_path))["bf16"] is False  # the Trainer peers keep the run's dtype
+    assert "--trl-defaults" in workload.command() and "TRL's defaults" in workload.title()
+
+
 @pytest.mark.slow
 @pytest.mark.requires_llm
 def test_tiny_sft_bench_has_stock_losses_for_every_peer(tmp_path):

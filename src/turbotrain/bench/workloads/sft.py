@@ -24,8 +24,10 @@ Peers, built as a user writes them, same weights and batches:
   what padding-free did before packed attention), to show what packed attention adds;
 * `trl`: TRL's `SFTTrainer` with `SFTConfig(completion_only_loss=True)` on the same token ids (TRL builds
   the labels from `completion_mask`); `trl+turbo`: `turbo(SFTTrainer)` with `turbo_arguments(SFTConfig)`.
-Both TRL peers run with `gradient_checkpointing=False` (TRL's default is True) and fp32, as the
-Trainer peers do, so every peer does the same work.
+Both TRL peers run with `gradient_checkpointing=False` (TRL's default is True) and the run's dtype (fp32
+unless `--bf16`), as the Trainer peers do, so every peer does the same work; `--trl-defaults` gives them TRL's
+SFT defaults instead (bf16 autocast and gradient checkpointing on, as a user who changes nothing runs), the
+Trainer peers keeping the run's dtype.
 Reported beside tokens/s and MFU: peak memory and its split (weights, gradients, optimizer state,
 logits, activations), where a published shape's memory goes.
 """
@@ -86,6 +88,9 @@ class Sft(TrainerWorkload):
     lora: bool = field(default=False, metadata={"help": "train PEFT LoRA adapters only"})
     untied: bool = field(default=False, metadata={"help": "separate input and output embeddings"})
     dropout: float = field(default=0.0, metadata={"help": "attention dropout"})
+    trl_defaults: bool = field(
+        default=False, metadata={"help": "TRL peers keep TRL's SFT defaults: bf16 and gradient checkpointing on"}
+    )
 
     own_peers = ("trl", "trl+turbo", "turbo-masks")
     causal = True
@@ -127,13 +132,20 @@ class Sft(TrainerWorkload):
         config_class, trainer_class = sft_classes(f"the sft workload's '{peer}' peer")
         if peer == "trl+turbo":
             config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
-        common = self.common_arguments(output_dir)
-        args = config_class(**common, completion_only_loss=True, gradient_checkpointing=False, max_length=None)
+        args = config_class(**self.trl_arguments(output_dir), completion_only_loss=True, max_length=None)
         trainer = trainer_class(
             model=self.fresh(model), args=args, train_dataset=data.trl_train, processing_class=data.tokenizer
         )
         trainer.data_collator = counter.wrap(trainer.data_collator)  # TRL's own collator, counted
         return TrainerPeer(trainer, counter)
+
+    def trl_arguments(self, output_dir: str) -> dict:
+        """The TRL peers' arguments: the run's (fp32 or `--bf16`, no checkpointing), or with `--trl-defaults`
+        TRL's SFT defaults (bf16 autocast, gradient checkpointing with TRL's and Transformers' default kwargs)."""
+        common = self.common_arguments(output_dir)
+        if not self.trl_defaults:
+            return {**common, "gradient_checkpointing": False}
+        return {**common, "bf16": True, "use_cpu": not torch.cuda.is_available()}
 
     def title(self) -> str:
         config = self.config()
@@ -144,7 +156,9 @@ class Sft(TrainerWorkload):
         kinds = {"long": "long-tailed lengths, every token labelled,", "code": "code-to-docstring rows,"}
         kind = kinds.get(self.lengths, "variable lengths")
         lengths = f"{kind} <= {longest} batch {self.batch_size}"
-        return f"SFT {shape}, {mode}, {'untied' if self.untied else 'tied'}, {sizes} {lengths}{self.run_suffix()}"
+        trl = " (TRL peers: TRL's defaults, bf16 + gradient checkpointing)" if self.trl_defaults else ""
+        tied = "untied" if self.untied else "tied"
+        return f"SFT {shape}, {mode}, {tied}, {sizes} {lengths}{self.run_suffix()}{trl}"
 
     def extras(self, model, data) -> dict:
         return {"length_histogram": length_histogram([len(ids) for ids in data.train["input_ids"]])}
