@@ -64,7 +64,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from turbotrain.torch_boundary import run_backward, tensor_version
+from turbotrain.torch_boundary import run_backward, tensor_version, view_base
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 BF16 = torch.bfloat16
@@ -137,7 +137,6 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch
 
 _CACHE: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}  # id(leaf) -> (leaf, version, bf16, fp32)
 _FP32_OF: dict[int, torch.Tensor] = {}  # id(cached bf16 copy) -> its fp32 values
-_LEAF_AT: dict[int, int] = {}  # a cached leaf's data_ptr -> id(leaf), to find it again from its transpose
 _SCRATCH: dict[tuple[str, torch.dtype], torch.Tensor] = {}  # (role, dtype) -> a buffer reused while no graph is made
 
 
@@ -157,24 +156,15 @@ def _fp32(t: torch.Tensor) -> torch.Tensor:
 
 
 def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered; other
-    contiguous operands rounded into the `role`'s reused buffers where no graph is recorded (nothing keeps them)."""
-    if t.is_leaf and t.requires_grad:
-        hit = _CACHE.get(id(t))
-        # a copy cast under no_grad (reentrant checkpointing's forward) has no graph: recast where grad is on
-        if hit is not None and hit[0] is t and hit[1] == tensor_version(t) and _connected(hit[2]):
-            return hit[2], hit[3]
-        if hit is not None:  # replaced: its bf16 copy may be freed and its id reused
-            _FP32_OF.pop(id(hit[2]), None)
-        low = t.to(BF16)
-        high = low.detach().float()
-        _CACHE[id(t)] = (t, tensor_version(t), low, high)
-        _FP32_OF[id(low)] = high
-        _LEAF_AT[t.data_ptr()] = id(t)
-        return low, high
-    cached = _cached_transpose(t)
-    if cached is not None:
-        return cached
+    """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered (a leaf's
+    transpose answered from the leaf's copies); other contiguous operands rounded into the `role`'s reused buffers
+    where no graph is recorded (nothing keeps them)."""
+    base = view_base(t)
+    if base is None and t.is_leaf and t.requires_grad:
+        return _round_leaf(t)
+    if base is not None and _transpose_of(t, base) and base.is_leaf and base.requires_grad:
+        low, high = _round_leaf(base)  # the chunked head's `h @ weight.T` under no_grad: the head rounded once
+        return low.mT, high.mT
     if not torch.is_grad_enabled() and t.is_contiguous():
         low = t if t.dtype == BF16 else _scratch(role, t.shape, BF16).copy_(t)  # copy_ rounds as .to(bf16) does
         return low, _scratch(role, t.shape, torch.float32).copy_(low)
@@ -182,18 +172,33 @@ def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
     return low, low.detach().float()
 
 
-def _cached_transpose(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """A cached leaf's copies, transposed, where `t` is that leaf's `.T` (the chunked head's `h @ weight.T`, made
-    under no_grad inside its op: not a leaf that requires grad, so it would be rounded again every chunk)."""
-    hit = _CACHE.get(_LEAF_AT.get(t.data_ptr(), 0)) if t.dim() == 2 else None
-    if hit is None:
-        return None
-    leaf, version, low, high = hit
-    same_place = t.storage_offset() == leaf.storage_offset() and t.dtype == leaf.dtype
-    transposed = t.shape == leaf.shape[::-1] and t.stride() == leaf.stride()[::-1]
-    if not (same_place and transposed and tensor_version(t) == version and (_connected(low) or not t.requires_grad)):
-        return None
-    return low.mT, high.mT
+def _round_leaf(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A leaf's (parameter's) copies, cast once per entry of the mode and version, as autocast caches its casts. Only
+    tensors that own their storage are cached (autocast skips views too): under no_grad a view of a parameter is a
+    leaf that requires grad, and caching each `weight.T` made per call kept a whole rounded head per call alive."""
+    hit = _CACHE.get(id(t))
+    # a copy cast under no_grad (reentrant checkpointing's forward) has no graph: recast where grad is on
+    if hit is not None and hit[0] is t and hit[1] == tensor_version(t) and _connected(hit[2]):
+        return hit[2], hit[3]
+    if hit is not None:  # replaced: its bf16 copy may be freed and its id reused
+        _FP32_OF.pop(id(hit[2]), None)
+    low = t.to(BF16)
+    high = low.detach().float()
+    _CACHE[id(t)] = (t, tensor_version(t), low, high)
+    _FP32_OF[id(low)] = high
+    return low, high
+
+
+def _transpose_of(t: torch.Tensor, base: torch.Tensor) -> bool:
+    """Whether `t` is exactly the 2-D `base` transposed (same storage place, swapped shape and strides)."""
+    return (
+        t.dim() == 2
+        and base.dim() == 2
+        and t.dtype == base.dtype
+        and t.storage_offset() == base.storage_offset()
+        and t.shape == base.shape[::-1]
+        and t.stride() == base.stride()[::-1]
+    )
 
 
 def _connected(copy: torch.Tensor) -> bool:
@@ -308,7 +313,6 @@ class Bf16Emulation(TorchFunctionMode):
     def __exit__(self, *exc):
         _CACHE.clear()
         _FP32_OF.clear()
-        _LEAF_AT.clear()
         _SCRATCH.clear()
         return super().__exit__(*exc)
 

@@ -141,6 +141,12 @@ def tensor_version(tensor: torch.Tensor) -> int:
     return tensor._version
 
 
+def view_base(tensor: torch.Tensor) -> torch.Tensor | None:
+    """The tensor `tensor` is a view of (`Tensor._base`), or None where it owns its storage. Under no_grad a view of
+    a parameter is a leaf that requires grad, like the parameter: autocast's cast cache tells them apart so."""
+    return tensor._base
+
+
 def run_backward(
     tensors: tuple[torch.Tensor, ...],
     grad_tensors: tuple[torch.Tensor | None, ...],
