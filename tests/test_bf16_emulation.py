@@ -143,7 +143,7 @@ def test_a_parameters_transpose_is_answered_from_the_parameters_one_cache_entry(
             for _ in range(3):
                 assert torch.equal(x @ w.T, first)
             assert list(bf16_emulation._CACHE) == [id(w)] and bf16_emulation._CACHE[id(w)][2] is low
-            assert bf16_emulation._round(w.T.contiguous(), "b")[0].data_ptr() != low.data_ptr()  # another place
+            assert bf16_emulation._round(w.T.contiguous())[0].data_ptr() != low.data_ptr()  # another place
             w.mul_(2)
             emulated = x @ w.T  # updated since: cast again
             assert bf16_emulation._CACHE[id(w)][2] is not low
@@ -155,20 +155,28 @@ def test_a_parameters_transpose_is_answered_from_the_parameters_one_cache_entry(
     assert within_one_ulp(stock, emulated)
 
 
+def _scratch_pointers() -> set[int]:
+    return {b.data_ptr() for buffers in bf16_emulation._SCRATCH.values() for b in buffers}
+
+
 def test_no_grad_operands_rounded_in_reused_buffers_bitwise_as_fresh_ones():
     """The chunked head's per-chunk matmuls (under no_grad, a fresh [rows x vocab] operand each): rounded into
-    buffers kept from the last chunk, the same bits as fresh copies, outputs never aliased, buffers dropped when the
-    backward starts and at exit."""
+    buffers kept from the last chunk, the same bits as fresh copies, outputs never aliased, no buffer used twice in
+    one call, buffers shared across calls by shape, dropped when the backward starts and at exit."""
     w = torch.nn.Parameter(torch.randn(64, 16))
     chunks = [torch.randn(5, 64) for _ in range(3)]
     with torch.autocast("cpu", BF16), Bf16Emulation():
         fresh = [(dz @ w).detach() for dz in (c.requires_grad_() for c in [t.clone() for t in chunks])]
         with torch.no_grad():
-            outs = [dz @ w for dz in chunks]
-            pointer = bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr()
-            logits = [h @ w.T for h in (dz[:, :16].contiguous() for dz in chunks)]
-            assert bf16_emulation._SCRATCH[("a", torch.float32)].data_ptr() != pointer  # another shape: replaced
-            assert ("product", torch.float32) in bf16_emulation._SCRATCH
+            logits, outs = [], []
+            for dz in chunks:  # per chunk as the head does: [5, 16] @ [16, 64] (fp32 product [5, 64]), then [5, 64] @ w
+                logits.append(dz[:, :16].contiguous() @ w.T)
+                kept = _scratch_pointers()
+                outs.append(dz @ w)  # its fp32 rounding of dz reuses the [5, 64] product buffer of the line above
+                assert kept <= _scratch_pointers()
+            assert len(bf16_emulation._SCRATCH[(torch.float32, (64,))]) == 1  # one [5, 64] fp32 buffer for both
+            chunks[0][:4] @ w  # another row count, same row shape: the [5, 64] buffers replaced
+            assert [b.shape for b in bf16_emulation._SCRATCH[(torch.float32, (64,))]] == [(4, 64)]
         for out, again in zip(outs, fresh):
             assert out.dtype == BF16 and torch.equal(out, again)  # bit for bit; earlier outputs untouched
         with torch.autocast("cpu", enabled=False):
@@ -179,6 +187,16 @@ def test_no_grad_operands_rounded_in_reused_buffers_bitwise_as_fresh_ones():
         with torch.no_grad():
             chunks[0] @ w
     assert not bf16_emulation._SCRATCH
+
+
+def test_one_call_never_gets_the_same_buffer_twice():
+    with torch.autocast("cpu", BF16), Bf16Emulation(), torch.no_grad():
+        a, b = torch.randn(8, 8), torch.randn(8, 8)
+        got = a @ b  # both operands and the product: [8, 8] each, five buffers at once
+        assert len(bf16_emulation._SCRATCH[(torch.float32, (8,))]) == 3
+        assert len(bf16_emulation._SCRATCH[(BF16, (8,))]) == 2
+    with torch.autocast("cpu", enabled=False):
+        assert torch.equal(got, (a.to(BF16).float() @ b.to(BF16).float()).to(BF16))
 
 
 def test_cached_parameter_recast_after_an_in_place_update():

@@ -44,9 +44,10 @@ cast under `no_grad` (reentrant checkpointing runs its forward so) is not used w
 leave the parameter without a gradient.
 
 Where no graph is recorded (the chunked head's per-chunk matmuls run under no_grad inside its op), a contiguous
-non-leaf operand is rounded, and a 2-D GEMM's fp32 product written, into buffers reused from the previous call of the
-same shape (`_SCRATCH`, one per role) instead of fresh [rows × vocab] tensors each chunk: `copy_` rounds as `.to`
-does, so the bits are the same; outputs are still fresh. The buffers are dropped when a backward starts and at exit.
+non-leaf operand is rounded, and a 2-D GEMM's fp32 product written, into buffers reused from earlier calls by shape
+(`_SCRATCH`: never twice in one call; the logits' fp32 buffer serves the next matmul's rounded logit gradient) instead
+of fresh [rows × vocab] tensors each chunk: `copy_` rounds as `.to` does, so the bits are the same; outputs are still
+fresh. The buffers are dropped when a backward starts and at exit.
 
 `decide(setting)`: 'off' never; 'on' always (also where units exist: for tests); 'auto' only where the
 CPU has no bf16 units and a short probe (`probe()`, ~0.2 s once per process) finds the emulated matmul
@@ -123,7 +124,7 @@ def _product(a32: torch.Tensor, b32: torch.Tensor) -> torch.Tensor:
     round it to bf16, and fresh pages for a chunk's [rows × vocab] logits cost more than the rounding)."""
     if torch.is_grad_enabled() or a32.dim() != 2 or b32.dim() != 2:
         return torch.matmul(a32, b32)
-    return torch.mm(a32, b32, out=_scratch("product", (a32.shape[0], b32.shape[1]), torch.float32))
+    return torch.mm(a32, b32, out=_scratch((a32.shape[0], b32.shape[1]), torch.float32))
 
 
 def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch.Tensor:
@@ -137,17 +138,24 @@ def _weight_grad(a: torch.Tensor, g: torch.Tensor, b_shape: torch.Size) -> torch
 
 _CACHE: dict[int, tuple[torch.Tensor, int, torch.Tensor, torch.Tensor]] = {}  # id(leaf) -> (leaf, version, bf16, fp32)
 _FP32_OF: dict[int, torch.Tensor] = {}  # id(cached bf16 copy) -> its fp32 values
-_SCRATCH: dict[tuple[str, torch.dtype], torch.Tensor] = {}  # (role, dtype) -> a buffer reused while no graph is made
+_SCRATCH: dict[tuple[torch.dtype, tuple[int, ...]], list[torch.Tensor]] = {}  # (dtype, row shape) -> free buffers
+_TAKEN: set[int] = set()  # ids of the buffers the current call has handed out
 
 
-def _scratch(role: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A contiguous buffer for one role, kept for the next call of the same shape (one per role: a new shape replaces
-    it). Only for values no graph keeps: used where grad is off, dropped when a backward starts and at exit."""
-    buffer = _SCRATCH.get((role, dtype))
-    if buffer is None or buffer.shape != shape:
-        _SCRATCH.pop((role, dtype), None)  # freed before the new one is made
-        buffer = _SCRATCH[(role, dtype)] = torch.empty(shape, dtype=dtype)
-    return buffer
+def _scratch(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A contiguous buffer of `shape`, reused across calls: one call never gets the same buffer twice, the next one
+    may get it again (a chunk's fp32 logits buffer serves the next matmul's rounded logit gradient, the same [rows, V]
+    fp32 shape). Buffers of another row count with the same row shape are dropped first (the last, shorter chunk).
+    Only for values no graph keeps: used where grad is off, dropped when a backward starts and at exit."""
+    key = (dtype, tuple(shape[1:]))
+    buffers = [b for b in _SCRATCH.get(key, ()) if b.shape == shape]  # the others freed before a new one is made
+    _SCRATCH[key] = buffers
+    free = next((b for b in buffers if id(b) not in _TAKEN), None)
+    if free is None:
+        free = torch.empty(shape, dtype=dtype)
+        buffers.append(free)
+    _TAKEN.add(id(free))
+    return free
 
 
 def _fp32(t: torch.Tensor) -> torch.Tensor:
@@ -155,10 +163,10 @@ def _fp32(t: torch.Tensor) -> torch.Tensor:
     return cached if cached is not None else t.float()
 
 
-def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _round(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(bf16 copy of `t` as autocast casts it, its fp32 values); leaves cached while the mode is entered (a leaf's
-    transpose answered from the leaf's copies); other contiguous operands rounded into the `role`'s reused buffers
-    where no graph is recorded (nothing keeps them)."""
+    transpose answered from the leaf's copies); other contiguous operands rounded into reused buffers where no graph
+    is recorded (nothing keeps them)."""
     base = view_base(t)
     if base is None and t.is_leaf and t.requires_grad:
         return _round_leaf(t)
@@ -166,8 +174,8 @@ def _round(t: torch.Tensor, role: str) -> tuple[torch.Tensor, torch.Tensor]:
         low, high = _round_leaf(base)  # the chunked head's `h @ weight.T` under no_grad: the head rounded once
         return low.mT, high.mT
     if not torch.is_grad_enabled() and t.is_contiguous():
-        low = t if t.dtype == BF16 else _scratch(role, t.shape, BF16).copy_(t)  # copy_ rounds as .to(bf16) does
-        return low, _scratch(role, t.shape, torch.float32).copy_(low)
+        low = t if t.dtype == BF16 else _scratch(t.shape, BF16).copy_(t)  # copy_ rounds as .to(bf16) does
+        return low, _scratch(t.shape, torch.float32).copy_(low)
     low = t.to(BF16)
     return low, low.detach().float()
 
@@ -238,8 +246,9 @@ def emulated(func, args, kwargs):
     a, b, c, alpha, beta, transpose_b = parsed
     if not (_tensor(a) and _tensor(b) and (c is None or _tensor(c))) or a.dim() < 2 or b.dim() < 2:
         return None
-    a16, a32 = _round(a, "a")
-    b16, b32 = _round(b, "b")
+    _TAKEN.clear()  # the buffers the last call used are free again
+    a16, a32 = _round(a)
+    b16, b32 = _round(b)
     if transpose_b:
         b16, b32 = b16.t(), b32.t()
     c16 = c.to(BF16) if c is not None else None
@@ -304,6 +313,7 @@ class Bf16Emulation(TorchFunctionMode):
         `func(...)`, gradient checkpointing's recomputation (which runs inside the backward) would run stock
         autocast against an emulated forward (other saved tensors: torch's checkpoint refuses them)."""
         _SCRATCH.clear()  # the forward's buffers: not held through the backward
+        _TAKEN.clear()
         TorchFunctionMode.__enter__(self)  # the base's push, not this class's __exit__ (which clears the caches)
         try:
             run_backward(tensors, grads, retain_graph, create_graph, inputs)
@@ -314,6 +324,7 @@ class Bf16Emulation(TorchFunctionMode):
         _CACHE.clear()
         _FP32_OF.clear()
         _SCRATCH.clear()
+        _TAKEN.clear()
         return super().__exit__(*exc)
 
 
