@@ -289,8 +289,9 @@ def media_examples(w: Path) -> list[Example]:
 # --- local assets -------------------------------------------------------------------------------------
 
 
-def build_assets(w: Path, dropout: float | None) -> None:
-    """Corpus text, tokenizer, tiny configs and initial models, and every script's data files."""
+def build_assets(w: Path, dropout: float | None, media: bool = True) -> None:
+    """Corpus text, tokenizer, tiny configs and initial models, and every script's data files (`media`: the
+    image and audio examples' models and folders too)."""
     import torch
     from transformers import (
         BartConfig,
@@ -373,7 +374,8 @@ def build_assets(w: Path, dropout: float | None) -> None:
         mt = [{"translation": {"en": p[:200], "de": " ".join(reversed(p[:200].split()))}} for p in rows]
         write_jsonl(d / f"mt_{part}.json", mt)
         write_jsonl(d / "sft" / f"{part}.jsonl", [{"text": p[:400]} for p in rows])
-    build_media_assets(w, paragraphs)
+    if media:
+        build_media_assets(w, paragraphs)
 
 
 def build_media_assets(w: Path, paragraphs: list[str]) -> None:

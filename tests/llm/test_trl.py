@@ -35,6 +35,12 @@ def sft_history(tmp_path, with_turbo: bool, steps: int = 10, peft: bool = False,
     return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
+@pytest.fixture(scope="module")
+def stock_default_logs(tmp_path_factory):
+    """Stock SFTTrainer's 10 logged steps at the default settings, trained once for the tests that compare to it."""
+    return sft_history(tmp_path_factory.mktemp("stock-sft"), False)[1]
+
+
 def assert_same_history(turbo_logs, stock_logs):
     for metric in METRICS:
         assert_losses_close([e[metric] for e in turbo_logs], [e[metric] for e in stock_logs], rtol=1e-4)
@@ -90,7 +96,7 @@ def test_trl_own_padding_free_and_packing_compose(tmp_path, trl_option):
     assert_same_history(turbo_logs, stock_logs)
 
 
-def test_sft_script_pattern_ready_names_save_checkpoints_and_the_stock_losses(tmp_path):
+def test_sft_script_pattern_ready_names_save_checkpoints_and_the_stock_losses(tmp_path, stock_default_logs):
     # TRL's sft.py with the names swapped (TurboSFTConfig, TurboSFTTrainer) and a checkpoint save: the save of
     # training_args.bin crashed (the made config class could not be pickled by name).
     from turbotrain import TurboSFTConfig, TurboSFTTrainer
@@ -108,12 +114,13 @@ def test_sft_script_pattern_ready_names_save_checkpoints_and_the_stock_losses(tm
     trainer.save_model(args.output_dir)
     assert (tmp_path / "turbo" / "checkpoint-10" / "training_args.bin").exists()
     turbo_logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    _, stock_logs = sft_history(tmp_path, False)
-    assert_same_history(turbo_logs, stock_logs)
+    assert_same_history(turbo_logs, stock_default_logs)
 
 
 @pytest.mark.parametrize("positional", [False, True])
-def test_turbo_training_arguments_in_turbo_sft_trainer_become_a_turbo_sft_config(tmp_path, positional):
+def test_turbo_training_arguments_in_turbo_sft_trainer_become_a_turbo_sft_config(
+    tmp_path, positional, stock_default_logs
+):
     # SFTTrainer rebuilds other arguments as SFTConfig(**args.to_dict()): that raised on turbotrain's options
     # (`backend` is no SFTConfig field), and turbotrain's padding_free would have become TRL's.
     from trl import SFTConfig
@@ -131,5 +138,4 @@ def test_turbo_training_arguments_in_turbo_sft_trainer_become_a_turbo_sft_config
     trainer.train()
     assert {"label_sparsity", "padding_free"} <= set(trainer.turbo_report.applied)
     turbo_logs = [entry for entry in trainer.state.log_history if "loss" in entry]
-    _, stock_logs = sft_history(tmp_path, False)
-    assert_same_history(turbo_logs, stock_logs)
+    assert_same_history(turbo_logs, stock_default_logs)

@@ -59,12 +59,12 @@ def dpo_history(tmp_path, with_turbo: bool, peft: bool = False, steps: int = 3, 
 
 @pytest.fixture
 def op_calls(monkeypatch):
-    """How many times the per-row op ran (with and without gradient)."""
+    """Each run of the per-row op: (rows, whether the hidden states need a gradient, whether statistics are wanted)."""
     calls = []
     original = chunked_logprobs.LinearLogProbs.apply
 
     def counted(*args):
-        calls.append(args[0].shape[0])
+        calls.append((args[0].shape[0], args[0].requires_grad, args[-1]))
         return original(*args)
 
     monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", counted)
@@ -80,6 +80,12 @@ def test_dpo_golden_losses_and_metrics_through_the_chunked_head(tmp_path, op_cal
     assert op_calls, "the DPO step did not go through the chunked log-prob op"
     for metric in METRICS:
         assert_metric_close(metric, [e[metric] for e in fast], [e[metric] for e in stock])
+    if not peft:  # the separate reference model's calls go through the op too, without gradient
+        assert trainer.turbo_reference is not None and trainer.turbo_reference.fused_calls_in_eval
+        # one policy call (gradient, statistics) and one reference call (neither) per step
+        graded = [(needs_grad, statistics) for _, needs_grad, statistics in op_calls]
+        assert graded == [(True, True), (False, False)] * 3, graded
+        assert "label_sparsity" in trainer.turbo_summary().split("not active")[0]
 
 
 def assert_metric_close(metric: str, fast: list[float], stock: list[float]) -> None:
@@ -116,22 +122,6 @@ def test_dpo_with_wpo_weighting_steps_aside_with_the_stock_numbers_and_says_so(t
     summary = trainer.turbo_summary()  # label sparsity would act on no call: not listed as active, with why
     assert "passes: label_sparsity" not in summary and "label_sparsity (TRL's DPOTrainer scores its tokens" in summary
     assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-4)
-
-
-def test_the_separate_reference_model_s_calls_go_through_the_op_without_gradient(tmp_path, op_calls, monkeypatch):
-    graded = []
-    original = chunked_logprobs.LinearLogProbs.apply
-
-    def noted(*args):
-        graded.append((args[0].requires_grad, args[-1]))  # (hidden needs a gradient, statistics wanted)
-        return original(*args)
-
-    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
-    trainer, _ = dpo_history(tmp_path, True, steps=2)
-    assert trainer.turbo_reference is not None and trainer.turbo_reference.fused_calls_in_eval
-    # one policy call (gradient, statistics) and one reference call (neither) per step
-    assert graded == [(True, True), (False, False)] * 2, graded
-    assert "label_sparsity" in trainer.turbo_summary().split("not active")[0]
 
 
 def test_the_policy_s_self_checks_stand_for_a_reference_of_its_class_and_configuration_only():
