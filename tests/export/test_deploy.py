@@ -48,9 +48,16 @@ def test_each_task_exports_and_matches_torch(task, tmp_path):
     assert all(isinstance(d, str) for d in session.get_inputs()[0].shape)
 
 
-def test_optimized_fp16_and_int8_are_written_and_verified(tmp_path):
-    model = tiny_models.make("bert")
-    result = export_onnx(model, tmp_path, optimize=True, quantize=("fp16", "int8"))
+@pytest.fixture(scope="module")
+def bert_export(tmp_path_factory):
+    """BERT (seed 0) with every variant, exported once for the tests that read it."""
+    return export_onnx(
+        tiny_models.make("bert"), tmp_path_factory.mktemp("bert"), optimize=True, quantize=("fp16", "int8")
+    )
+
+
+def test_optimized_fp16_and_int8_are_written_and_verified(bert_export):
+    result = bert_export
     assert set(result.files) == {"fp32", "optimized", "fp16", "int8"}
     assert all(path.is_file() for path in result.files.values())
     assert result.verifications["optimized"].max_abs_diff <= 1e-4
@@ -58,10 +65,10 @@ def test_optimized_fp16_and_int8_are_written_and_verified(tmp_path):
     assert result.files["int8"].stat().st_size < result.files["fp32"].stat().st_size
 
 
-def test_a_file_that_does_not_match_the_model_fails(tmp_path):
-    export_onnx(tiny_models.make("bert", seed=0), tmp_path, verify=False)
+def test_a_file_that_does_not_match_the_model_fails(bert_export):
+    assert bert_export.files["fp32"].name == "model.onnx"
     other = tiny_models.make("bert", seed=1)
-    verification = verify_onnx(other, str(tmp_path / "model.onnx"), tolerance=1e-4)
+    verification = verify_onnx(other, str(bert_export.files["fp32"]), tolerance=1e-4)
     assert not verification.ok and verification.max_abs_diff > 1e-2
 
 

@@ -31,7 +31,12 @@ def error_line(capsys) -> str:
     return lines[0]
 
 
-def test_a_new_export_replaces_every_file_of_an_earlier_one(tmp_path, model_dir):
+def test_a_new_export_replaces_the_earlier_one_whole_and_a_failed_one_changes_nothing(tmp_path, model_dir, monkeypatch):
+    """One target folder through its life, each export paid once: an export with variants, a plain export
+    that replaces it whole, then an export whose verification fails over it and one into a fresh folder."""
+    import turbotrain.export.deploy as deploy
+    from turbotrain.export.verify import verify_onnx
+
     out = tmp_path / "onnx"
     assert main(["export", str(model_dir), str(out), "--optimize", "--quantize", "int8"]) == 0
     assert {"model.onnx", "model.optimized.onnx", "model.int8.onnx"} <= set(listing(out))
@@ -39,13 +44,6 @@ def test_a_new_export_replaces_every_file_of_an_earlier_one(tmp_path, model_dir)
     assert "model.optimized.onnx" not in listing(out) and "model.int8.onnx" not in listing(out)
     assert listing(tmp_path) == ["model", "onnx"], "no temporary folder is left beside the target"
 
-
-def test_a_failed_verification_leaves_the_earlier_export_untouched(tmp_path, model_dir, monkeypatch):
-    import turbotrain.export.deploy as deploy
-    from turbotrain.export.verify import verify_onnx
-
-    out = tmp_path / "onnx"
-    assert main(["export", str(model_dir), str(out)]) == 0
     before = {name: (out / name).read_bytes() for name in listing(out)}
     monkeypatch.setattr(
         deploy,
