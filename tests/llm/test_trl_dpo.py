@@ -123,7 +123,7 @@ def test_the_separate_reference_model_s_calls_go_through_the_op_without_gradient
     original = chunked_logprobs.LinearLogProbs.apply
 
     def noted(*args):
-        graded.append((args[0].requires_grad, args[-1]))  # (hidden needs a gradient, statistics wanted)
+        graded.append((args[0].requires_grad, args[6]))  # (hidden needs a gradient, statistics wanted)
         return original(*args)
 
     monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
