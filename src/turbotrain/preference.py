@@ -4,10 +4,10 @@
     from turbotrain import TurboDPOConfig, TurboDPOTrainer  # was: from trl import DPOConfig, DPOTrainer
 
 They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's), made once; what turbotrain changes
-for each trainer is in passes/fused_head_calls.py (DPO's per-row weighted log-probs, its reference model's
-calls: passes/reference_calls.py) and the run's summary line (GRPO: TRL's computation runs, and the summary
-says so). Other TRL trainers get the same with `turbo(...)`. TRL is the `llm` extra: importing this module
-without it raises an ImportError naming `pip install 'turbotrain[llm]'`.
+for each trainer is in passes/fused_head_calls.py (DPO's and GRPO's per-row weighted log-probs, GRPO's with its
+sampling temperature; their reference models' calls: passes/reference_calls.py; GRPO's generation stays TRL's)
+and the run's summary line (where a trainer's calls are not answered, it says why: trl_boundary.py). Other
+TRL trainers get the same with `turbo(...)`. TRL is the `llm` extra: importing this module without it raises an ImportError naming `pip install 'turbotrain[llm]'`.
 """
 
 from __future__ import annotations

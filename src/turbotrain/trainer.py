@@ -85,6 +85,7 @@ from turbotrain.trl_arguments import as_sft_config
 from turbotrain.trl_boundary import (
     TrlTokenCount,
     counts_tokens_from_mask,
+    fused_call_temperature,
     fused_call_weighting,
     separate_reference_model,
 )
@@ -188,6 +189,9 @@ class TurboMixin(TrainerBoundary):
             self.turbo_report = optimize(
                 model, **self.turbo_options.pass_options(), fused_head_calls=fused_call_weighting(self)
             )
+        chunked = getattr(self.turbo_report, "chunked_cross_entropy", None)
+        if chunked is not None:  # GRPO's fused head divides the logits by its sampling temperature
+            chunked.temperature = fused_call_temperature(self)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:

@@ -64,7 +64,7 @@ def op_calls(monkeypatch):
     original = chunked_logprobs.LinearLogProbs.apply
 
     def counted(*args):
-        calls.append((args[0].shape[0], args[0].requires_grad, args[-1]))
+        calls.append((args[0].shape[0], args[0].requires_grad, args[6]))
         return original(*args)
 
     monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", counted)

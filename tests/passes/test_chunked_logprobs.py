@@ -21,21 +21,21 @@ def _inputs(rows, vocab, hidden, bias, dtype=torch.float32, seed=0):
     return [t.to(dtype) if t is not None else None for t in (h, weight, b)], targets, row_weights
 
 
-def _dense(h, weight, bias, targets, softcap):
+def _dense(h, weight, bias, targets, softcap, temperature=1.0):
     z = F.linear(h, weight, bias).float()
-    z = softcap * torch.tanh(z / softcap) if softcap else z
+    z = (softcap * torch.tanh(z / softcap) if softcap else z) / temperature  # TRL's order: cap, then temperature
     logp = z.log_softmax(dim=1)
     nll = -logp.gather(1, targets[:, None]).squeeze(1)
     entropy = -(logp.exp() * logp).sum(dim=1)
     return nll, entropy.detach(), (z.argmax(dim=1) == targets), z.mean(dim=1).detach()
 
 
-def _run(chunked, tensors, targets, row_weights, trainable, softcap, chunk_rows):
+def _run(chunked, tensors, targets, row_weights, trainable, softcap, chunk_rows, temperature=1.0):
     leaves = [None if t is None else t.clone().requires_grad_(grad) for t, grad in zip(tensors, (True, *trainable))]
     if chunked:
-        outputs = linear_log_probs(*leaves, targets, softcap=softcap, chunk_rows=chunk_rows)
+        outputs = linear_log_probs(*leaves, targets, softcap=softcap, chunk_rows=chunk_rows, temperature=temperature)
     else:
-        outputs = _dense(*leaves, targets, softcap)
+        outputs = _dense(*leaves, targets, softcap, temperature)
     loss = (outputs[0] * row_weights).sum()
     loss.backward()
     grads = [None if leaf is None or leaf.grad is None else leaf.grad for leaf in leaves]
@@ -50,21 +50,23 @@ def assert_close_to_scale(actual, expected, rtol):
 
 
 @pytest.mark.parametrize(
-    "rows,vocab,hidden,bias,softcap,chunk_rows,trainable",
+    "rows,vocab,hidden,bias,softcap,chunk_rows,trainable,temperature",
     [
-        (37, LLM_VOCAB, 16, False, None, None, (True, False)),  # Qwen2's vocabulary, odd rows, default chunks
-        (37, VOCAB, 8, True, 3.0, 5, (True, True)),  # soft-capping, chunks that do not divide the rows, a bias
-        (23, 1000, 24, True, None, 7, (False, False)),  # a frozen head (LoRA): dh from the forward, scaled
-        (1, 1000, 24, False, None, None, (True, False)),
+        (37, LLM_VOCAB, 16, False, None, None, (True, False), 1.0),  # Qwen2's vocabulary, odd rows, default chunks
+        (37, VOCAB, 8, True, 3.0, 5, (True, True), 1.0),  # soft-capping, chunks that do not divide the rows, a bias
+        (23, 1000, 24, True, None, 7, (False, False), 1.0),  # a frozen head (LoRA): dh from the forward, scaled
+        (1, 1000, 24, False, None, None, (True, False), 1.0),
+        (37, VOCAB, 8, True, 3.0, 5, (True, True), 0.7),  # GRPO's temperature, after the soft cap
+        (23, 1000, 24, True, None, 7, (False, False), 1.6),  # a temperature with a frozen head
     ],
 )
 def test_op_matches_dense_log_softmax_for_unequal_row_weights(
-    rows, vocab, hidden, bias, softcap, chunk_rows, trainable
+    rows, vocab, hidden, bias, softcap, chunk_rows, trainable, temperature
 ):
     tensors, targets, row_weights = _inputs(rows, vocab, hidden, bias)
     trainable = trainable if bias else trainable[:1] + (False,)
-    stock = _run(False, tensors, targets, row_weights, trainable, softcap, chunk_rows)
-    fast = _run(True, tensors, targets, row_weights, trainable, softcap, chunk_rows)
+    stock = _run(False, tensors, targets, row_weights, trainable, softcap, chunk_rows, temperature)
+    fast = _run(True, tensors, targets, row_weights, trainable, softcap, chunk_rows, temperature)
     torch.testing.assert_close(fast[0], stock[0], rtol=1e-5, atol=1e-6)
     for actual, expected in zip(fast[1], stock[1]):
         if expected.dtype == torch.bool:

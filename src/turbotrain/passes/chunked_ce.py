@@ -238,6 +238,7 @@ class ChunkedHead:
         self.fused_weighting = fused_head_calls.weighting_of(compose_fused_calls)
         self.compose_fused_calls = self.fused_weighting is not None
         self.fused_stats = True  # False: a reference model's calls, log-probs only (passes/reference_calls.py)
+        self.temperature = 1.0  # TRL's fused head divides the logits by it (GRPO's sampling temperature)
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
 
@@ -287,7 +288,13 @@ class ChunkedHead:
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
         if call.fused is not None and self.fused_weighting == fused_head_calls.PER_ROW:
             result = linear_log_probs(
-                flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=self.fused_stats
+                flat,
+                linear.weight,
+                linear.bias,
+                call.targets,
+                softcap=self.softcap,
+                want_stats=self.fused_stats,
+                temperature=self.temperature,
             )
             call.nll, call.entropy, call.is_top1, call.mean_logits = result
             return placeholder(call.nll, hidden)

@@ -10,11 +10,13 @@ padding never reach the head), weight [V, H], bias [V] or None, targets [K] -> p
 target), and without gradient per-row entropy [K], whether the target is the arg-max [K], mean logit [K]
 (with `want_stats`; a reference model's call skips them: TRL reads only its log-probs).
 Rows go through in chunks of `chunk_rows`: logits z = h·Wᵀ + b [C, V] in fp32 (optionally soft-capped,
-z = c·tanh(z / c)), their log-sum-exp [C] kept for the backward. Nothing of size [K, V] is ever held.
+z = c·tanh(z / c), then scaled by 1 / temperature as TRL's kernel does for GRPO: z · (1 / T), after the cap),
+their log-sum-exp [C] kept for the backward. Nothing of size [K, V] is ever held. Every output (log-prob,
+entropy, arg-max, mean logit) is of the scaled logits, as TRL's.
 
 Backward, for any per-row weight g [K] (the incoming gradient of the NLL):
 * a trainable head (weight or bias needs a gradient): each chunk's logits are recomputed (one more matmul),
-  dz = g·(softmax(z) - onehot(target)) (times 1 - tanh² under soft-capping), dh = dz·W, dW += dzᵀ·h, db += Σ dz.
+  dz = g·(softmax(z) - onehot(target)) (times 1 / T, times 1 - tanh² under soft-capping), dh = dz·W, dW += dzᵀ·h, db += Σ dz.
   Four matmuls on the K scored rows, against three on every position for a dense head;
 * a frozen head (LoRA) with hidden states needing a gradient: dh of unit weight is computed in the forward
   (dz·W, no recompute) and the backward scales row k by g[k]: exact for any weighting;
@@ -37,22 +39,28 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(1, chunk_bytes // (4 * vocab))
 
 
-def _logits(h, weight, bias, softcap):
-    """(z [C, V] fp32, tanh [C, V] or None): the head's logits for one chunk, soft-capped if asked."""
+def _logits(h, weight, bias, softcap, inv_t=1.0):
+    """(z [C, V] fp32, tanh [C, V] or None): the head's logits for one chunk, soft-capped if asked, then times
+    `inv_t` (1 / temperature) as TRL's kernel scales them."""
     z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
     if bias is not None:
         z += bias.float()
-    if not softcap:
-        return z, None
-    tanh = torch.tanh(z / softcap)
-    return tanh * softcap, tanh
+    tanh = None
+    if softcap:
+        tanh = torch.tanh(z / softcap)
+        z = tanh * softcap
+    if inv_t != 1.0:
+        z.mul_(inv_t)
+    return z, tanh
 
 
-def _unit_gradient(z, lse, target, tanh):
-    """dz [C, V] = softmax(z) - onehot(target) (times 1 - tanh²), in place of z."""
+def _unit_gradient(z, lse, target, tanh, inv_t=1.0):
+    """dz [C, V] = softmax(z) - onehot(target) (times 1 / T, times 1 - tanh²), in place of z."""
     rows = torch.arange(z.shape[0], device=z.device)
     z.sub_(lse[:, None]).exp_()
     z[rows, target] -= 1
+    if inv_t != 1.0:
+        z.mul_(inv_t)
     if tanh is not None:
         z.mul_(1 - tanh * tanh)
     return z
@@ -62,7 +70,7 @@ class LinearLogProbs(torch.autograd.Function):
     """Per-row NLL of a linear head for unequal row weights (module docstring)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats=True):
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats=True, inv_t=1.0):
         rows = hidden.shape[0]
         need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         need_b = bias is not None and ctx.needs_input_grad[2]
@@ -74,7 +82,7 @@ class LinearLogProbs(torch.autograd.Function):
         dh = torch.empty_like(hidden) if need_h and not recompute else None
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
-            z, tanh = _logits(hidden[part], weight, bias, softcap)
+            z, tanh = _logits(hidden[part], weight, bias, softcap, inv_t)
             target = targets[part]
             lse[part] = torch.logsumexp(z, dim=1)
             nll[part] = lse[part] - z.gather(1, target[:, None]).squeeze(1)
@@ -83,8 +91,9 @@ class LinearLogProbs(torch.autograd.Function):
                 mean_logit[part] = z.mean(dim=1)
                 entropy[part] = lse[part] - (torch.softmax(z, dim=1) * z).sum(dim=1)
             if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
-                dh[part] = _unit_gradient(z, lse[part], target, tanh).to(weight.dtype) @ weight  # [C, V] x [V, H]
-        ctx.softcap, ctx.chunk_rows, ctx.recompute = softcap, chunk_rows, recompute
+                unit = _unit_gradient(z, lse[part], target, tanh, inv_t)
+                dh[part] = unit.to(weight.dtype) @ weight  # [C, V] x [V, H]
+        ctx.softcap, ctx.chunk_rows, ctx.recompute, ctx.inv_t = softcap, chunk_rows, recompute, inv_t
         ctx.autocast = _autocast_of(hidden.device.type)  # the recompute runs under the forward's autocast
         ctx.has_bias = bias is not None
         if recompute:
@@ -99,9 +108,10 @@ class LinearLogProbs(torch.autograd.Function):
         if not ctx.recompute:
             (dh,) = ctx.saved_tensors
             grad_h = None if dh is None else dh * grad_nll[:, None].to(dh.dtype)
-            return grad_h, None, None, None, None, None, None
+            return grad_h, None, None, None, None, None, None, None
         hidden, weight, bias, targets, lse = ctx.saved_tensors
-        return (*_recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll), None, None, None, None)
+        gradients = _recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll)
+        return (*gradients, None, None, None, None, None)
 
 
 def _autocast_of(device_type: str) -> torch.dtype | None:
@@ -125,8 +135,8 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     for start in range(0, rows, ctx.chunk_rows):
         part = slice(start, min(start + ctx.chunk_rows, rows))
         h = hidden[part]
-        z, tanh = _logits(h, weight, bias, ctx.softcap)
-        dz = _unit_gradient(z, lse[part], targets[part], tanh).mul_(grad_nll[part, None].float())
+        z, tanh = _logits(h, weight, bias, ctx.softcap, ctx.inv_t)
+        dz = _unit_gradient(z, lse[part], targets[part], tanh, ctx.inv_t).mul_(grad_nll[part, None].float())
         if dh is not None:
             dh[part] = dz.to(weight.dtype) @ weight  # [C, V] x [V, H] -> [C, H]
         if dw is not None:
@@ -140,11 +150,17 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     )
 
 
-def linear_log_probs(hidden, weight, bias, targets, *, softcap=None, chunk_rows=None, want_stats=True):
-    """(nll, entropy, is_top1, mean_logit), each [K], of the head on the scored rows `hidden` [K, H].
+def linear_log_probs(
+    hidden, weight, bias, targets, *, softcap=None, chunk_rows=None, want_stats=True, temperature: float = 1.0
+):
+    """(nll, entropy, is_top1, mean_logit), each [K], of the head on the scored rows `hidden` [K, H], its logits
+    divided by `temperature` (times 1 / T, as TRL's kernel: GRPO's sampling temperature).
 
     The NLL carries gradients for any per-row weighting; the statistics carry none. Without `want_stats`
     the statistics are None and not computed (a reference model's call: TRL reads its log-probs only)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
     chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
-    nll, *stats = LinearLogProbs.apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats)
+    apply = LinearLogProbs.apply
+    nll, *stats = apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats, 1 / temperature)
     return (nll, *stats) if want_stats else (nll, None, None, None)

@@ -21,13 +21,19 @@ it: `trl_boundary.py: fused_call_weighting`):
   with dW summed in the forward (chunked_ce.py);
 * `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
   per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_logprobs.py, whose backward
-  recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`.
+  recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`;
+  `turbo(GRPOTrainer)` the same (TRL 1.16, without an entropy bonus, `cast_lm_head_to_fp32` or Liger:
+  trl_boundary.grpo_refusal): its fused head divides the logits by the sampling temperature, which the op
+  applies as TRL's kernel does (`ChunkedHead.temperature`, set by the trainer: trl_boundary.fused_call_temperature);
+  GRPO reads `log_probs` and `entropy` (without gradient: its loss takes none through the entropy unless the
+  entropy bonus is on, which steps aside).
 Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
-scores every position. DPOTrainer's separate reference model gets the same answer (passes/reference_calls.py:
+scores every position. A temperature other than 1 with the `EQUAL` op steps aside. DPOTrainer's (and
+GRPOTrainer's) separate reference model gets the same answer (passes/reference_calls.py:
 no gradient, log-probs only, as TRL's reference head returns).
 Stepped aside (TRL's own forward runs, one log line; a trainer whose weighting is unknown gets no label
-sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO, GRPO, RLOO: not yet
-verified, GRPO/RLOO divide the logits by a temperature; `loss_type="dft"`; a model given `optimize()` and
+sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO, RLOO: not yet
+verified; GRPO as above; `loss_type="dft"`; a model given `optimize()` and
 handed to TRL), chunked cross-entropy set to "never", MoE router losses (`output_router_logits`),
 pre-shifted labels.
 """
@@ -70,6 +76,8 @@ def can_compose(kwargs: dict, fused_loss) -> bool:
             "the trainer's weighting of the log-probabilities is not known to turbotrain (SFTTrainer with "
             "loss_type='nll' and DPOTrainer are)"
         )
+    elif fused_loss.temperature != 1.0 and fused_loss.fused_weighting != PER_ROW:
+        reason = "the logits are divided by a temperature, which only the per-row op applies"
     elif kwargs.get("output_router_logits"):
         reason = "MoE router losses are requested"
     elif kwargs.get("shift_labels") is not None:

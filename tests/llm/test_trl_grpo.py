@@ -1,0 +1,126 @@
+"""`turbo(GRPOTrainer)`: TRL's fused_lm_head calls (the policy's log-probs and entropy, the reference model's
+log-probs) answered by the per-row-weighted chunked op on the completion rows only, with the logits divided by
+GRPO's sampling temperature as TRL's kernel does (passes/chunked_logprobs.py); generation stays TRL's.
+Against stock GRPOTrainer, same seed, temperature != 1 and a reference model (beta > 0): the losses, the KL and
+entropy metrics and every parameter after the steps equal within fp32 float order."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
+from tests.trainer_helpers import COMMON, assert_losses_close
+from turbotrain import TurboGRPOConfig, TurboGRPOTrainer
+from turbotrain.passes import chunked_logprobs
+
+pytestmark = pytest.mark.requires_llm
+TEMPERATURE = 0.7
+# sgd: the parameters after the steps differ from stock's by lr x the gradients' float error, which Adam would
+# magnify for parameters whose gradient is ~0 (its update is g / sqrt(v), whatever the size of g)
+CONFIG = dict(
+    num_generations=4,
+    max_completion_length=8,
+    generation_batch_size=8,
+    temperature=TEMPERATURE,
+    beta=0.1,
+    optim="sgd",
+    learning_rate=0.5,
+    bf16=False,
+)
+METRICS = ("loss", "kl", "entropy")
+
+
+def reward_length(completions, **kwargs):
+    return [float(len(completion.split())) for completion in completions]
+
+
+def saved_decoder(tmp_path):
+    """The policy, saved where GRPOTrainer builds its reference model from (`config._name_or_path`)."""
+    model = decoder()
+    path = tmp_path / "initial"
+    model.save_pretrained(path)
+    model.config._name_or_path = str(path)
+    return model
+
+
+def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, **config):
+    """(trainer, logged entries) of GRPOTrainer or TurboGRPOTrainer for `steps` steps."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    trainer_class, config_class = (TurboGRPOTrainer, TurboGRPOConfig) if with_turbo else (GRPOTrainer, GRPOConfig)
+    settings = {**COMMON, **CONFIG, "max_steps": steps, **config}
+    args = config_class(output_dir=str(tmp_path / str(with_turbo)), use_cpu=True, **settings)
+    rows = prompt_completion_rows(16).remove_columns("completion")
+    trainer = trainer_class(
+        model=saved_decoder(tmp_path),
+        reward_funcs=reward_length,
+        args=args,
+        train_dataset=rows,
+        processing_class=tokenizer(),
+    )
+    trainer.train()
+    return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+@pytest.fixture
+def op_calls(monkeypatch):
+    """(hidden needs a gradient, statistics wanted, 1 / temperature) of each run of the per-row op."""
+    calls = []
+    original = chunked_logprobs.LinearLogProbs.apply
+
+    def noted(*args):
+        calls.append((args[0].requires_grad, args[6], args[7]))
+        return original(*args)
+
+    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
+    return calls
+
+
+def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a_reference(tmp_path, op_calls):
+    stock_trainer, stock = grpo_run(tmp_path, False)
+    assert not op_calls
+    trainer, fast = grpo_run(tmp_path, True)
+    assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
+    assert trainer.turbo_reference is not None, "the reference model's calls are not answered"
+    # each step: the policy's call (gradient, statistics); each generation (steps 1 and 3: 8 completions scored
+    # in batches of 4) two calls of the reference (log-probs only) and two of the policy without gradient (the
+    # old log-probs, as a generation serves 2 steps); all with TRL's temperature
+    inv_t = 1 / TEMPERATURE
+    expected = {(True, True, inv_t): 3, (False, False, inv_t): 4, (False, True, inv_t): 4}
+    assert Counter(op_calls) == expected, op_calls
+    active = trainer.turbo_summary().partition("not active")[0]
+    assert "label_sparsity" in active and "chunked_cross_entropy" in active
+    for metric in METRICS:
+        assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
+    assert stock[-1]["kl"] > 0  # the reference model's term is in the loss
+    stock_parameters = dict(stock_trainer.model.named_parameters())
+    for name, parameter in trainer.model.named_parameters():
+        torch.testing.assert_close(parameter, stock_parameters[name], rtol=1e-5, atol=1e-7, msg=name)
+    moved = decoder().state_dict()
+    assert any(not torch.equal(p, moved[n]) for n, p in trainer.model.named_parameters()), "nothing trained"
+
+
+def test_grpo_with_an_entropy_bonus_steps_aside_with_the_stock_numbers_and_says_why(tmp_path, op_calls):
+    _, stock = grpo_run(tmp_path, False, steps=2, entropy_coef=0.01)
+    trainer, fast = grpo_run(tmp_path, True, steps=2, entropy_coef=0.01)
+    assert not op_calls and trainer.turbo_report.chunked_cross_entropy is None and trainer.turbo_reference is None
+    active, _, missing = trainer.turbo_summary().partition("not active")
+    assert "label_sparsity" not in active and "entropy bonus" in missing
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-5)
+
+
+def test_another_trl_release_steps_aside(monkeypatch):
+    import trl
+
+    from turbotrain import trl_boundary
+
+    trainer = type("Run", (trl.GRPOTrainer,), {"__init__": lambda self: None})()
+    trainer.args = trl.GRPOConfig(output_dir="unused", use_cpu=True)
+    assert trl_boundary.fused_call_weighting(trainer) == "per_row"
+    assert trl_boundary.fused_call_temperature(trainer) == trainer.args.temperature
+    monkeypatch.setattr(trl, "__version__", "1.17.0")
+    assert trl_boundary.fused_call_weighting(trainer) is None
+    assert "TRL 1.17.0" in trl_boundary.unanswered_token_scores(trainer)
