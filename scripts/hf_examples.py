@@ -575,6 +575,21 @@ def launcher(variant: str) -> list[str]:
     return [sys.executable, "-m", "turbotrain"] if variant == "run" else [sys.executable]
 
 
+ABORT_RETRY = "a rank aborted after training (SIGABRT at exit); launched once more"
+
+
+def aborted_at_exit(returncode: int, log: str, finished: bool | None = None) -> bool:
+    """Whether a multi-process launch failed only because a rank aborted after its training finished: torch 2.13's
+    gloo process group at interpreter exit sometimes ends a rank with "terminate called without an active
+    exception" (SIGABRT) once the script is done, stock runs included (seen under torchrun and accelerate on 2-core
+    CI machines). Such a launch is run once more; any other failure, or a second abort, stands. `finished`: whether
+    the script's work was done (default: Trainer printed its train_runtime)."""
+    if returncode == 0 or ABORT_RETRY in log:
+        return False
+    finished = "train_runtime" in log if finished is None else finished
+    return finished and ("Signal 6 (SIGABRT)" in log or "terminate called without an active exception" in log)
+
+
 def run_one(
     example: Example, script: Path, w: Path, variant: str, env: dict, launch: list[str] | None = None, extra=()
 ) -> Run:
@@ -586,6 +601,10 @@ def run_one(
     start = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=script.parent, capture_output=True, text=True)
     log = proc.stdout + proc.stderr
+    if aborted_at_exit(proc.returncode, log):  # torch's gloo teardown, seen on stock ranks too: run it once more
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.run(cmd, env=env, cwd=script.parent, capture_output=True, text=True)
+        log += f"\n--- {ABORT_RETRY} ---\n" + proc.stdout + proc.stderr
     if example.resume and variant != "stock" and proc.returncode == 0:
         (out / "trainer_state.json").unlink(missing_ok=True)  # the losses must come from the resumed run
         cmd += ["--resume_from_checkpoint", str(out / "checkpoint-5")]

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from scripts.hf_examples import (
+    ABORT_RETRY,
+    aborted_at_exit,
     build_assets,
     compare,
     examples,
@@ -98,8 +100,13 @@ def test_accelerate_launch_m_turbotrain_runs_every_process_with_turbotrain(tmp_p
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     command += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "turbotrain", str(script), str(tmp_path)]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    rank_files = [tmp_path / f"rank{r}.json" for r in (0, 1)]
+    if aborted_at_exit(done.returncode, done.stderr, finished=all(f.exists() for f in rank_files)):
+        for f in rank_files:
+            f.unlink()
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = [json.loads(f.read_text()) for f in rank_files]
     for seen in ranks:
         assert seen["world"] == 2 and seen["trainer"] == "TurboTrainer" and seen["backend"] == "eager"
         assert "label_sparsity" in seen["passes"]
@@ -120,3 +127,14 @@ def test_the_console_command_and_python_m_behave_the_same(tmp_path):
     for way, done in results.items():
         assert (done.returncode, done.stdout) == (4, "['a']\n"), (way, done.stderr)
         assert done.stderr.strip().endswith("quits.py made no Trainer: nothing was accelerated"), (way, done.stderr)
+
+
+def test_only_an_abort_after_finished_training_is_launched_again():
+    abort = "{'train_runtime': 1.2}\nterminate called without an active exception\nSignal 6 (SIGABRT) received by PID 7"
+    assert aborted_at_exit(1, abort)
+    assert not aborted_at_exit(0, abort)  # a clean exit
+    assert not aborted_at_exit(1, abort.replace("{'train_runtime': 1.2}", ""))  # died before training finished
+    assert not aborted_at_exit(1, "{'train_runtime': 1.2}\nRuntimeError: boom")  # any other failure stands
+    assert not aborted_at_exit(1, f"{abort}\n--- {ABORT_RETRY} ---\n{abort}")  # a second abort stands
+    assert aborted_at_exit(1, "Signal 6 (SIGABRT)", finished=True)
+    assert not aborted_at_exit(1, "Signal 6 (SIGABRT)", finished=False)
