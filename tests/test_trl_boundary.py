@@ -1,5 +1,6 @@
 """trl_boundary.py: TRL's trainers recognised by class (not by name), the private TRL attributes the
-`num_tokens` correction writes pinned, and the trainer path importing no TRL."""
+`num_tokens` correction writes and GRPO's generation method (the benchmark times it) pinned, and the trainer
+path importing no TRL."""
 
 from __future__ import annotations
 
@@ -58,6 +59,21 @@ def test_trl_private_attributes_and_signatures_are_pinned(tmp_path):
     assert trainer.args.loss_type == "nll"
     fields = set(integration.fused_output_class().__dataclass_fields__)
     assert {"loss", "log_probs", "entropy", "is_top1", "label_mask"} <= fields
+
+
+def test_grpo_s_generation_method_is_pinned_and_timing_it_changes_nothing():
+    from trl import GRPOTrainer
+
+    generate = getattr(GRPOTrainer, integration.GRPO_GENERATION)
+    assert tuple(inspect.signature(generate).parameters) == ("self", "prompts")
+    output = ([[1, 2]], [[3, 4, 5]], "the rest")
+    trainer = type("Run", (), {integration.GRPO_GENERATION: lambda self, prompts: output})()
+    noted = []
+    integration.note_grpo_generations(trainer, lambda *call: noted.append(call))
+    assert getattr(trainer, integration.GRPO_GENERATION)(["a prompt"]) is output
+    assert len(noted) == 1 and noted[0][0] >= 0 and noted[0][1:] == ([[1, 2]], [[3, 4, 5]])
+    with pytest.raises(RuntimeError, match="no _generate"):
+        integration.note_grpo_generations(object(), print)
 
 
 def test_the_trainer_path_imports_no_trl():

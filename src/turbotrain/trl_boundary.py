@@ -31,14 +31,19 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
   private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py): the one place
   turbotrain touches a private TRL name.
-* `sft_classes(feature)`, `dpo_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer` (`DPOConfig`, `DPOTrainer`),
-  or an ImportError naming the extra.
+* `sft_classes(feature)`, `dpo_classes(feature)`, `grpo_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`
+  (`DPOConfig`, `DPOTrainer`; `GRPOConfig`, `GRPOTrainer`), or an ImportError naming the extra.
+* `note_grpo_generations(trainer, noted)`: the benchmark's clock on a GRPOTrainer's generation (tokenizing the
+  prompts, sampling, decoding: TRL's `_generate`, `GRPO_GENERATION`, pinned by tests/test_trl_boundary.py), so
+  that the optimisation part of a step can be timed apart from it; wraps the instance's method, changes nothing.
 * TRL's rebuild of turbo arguments: `trl_arguments.py` (it needs `args`, a layer above this module).
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +55,7 @@ from turbotrain.utils.imports import require
 FUSED_LM_HEAD = "fused_lm_head"
 GRPO_RELEASES = ("1.16.",)  # TRL releases whose GRPOTrainer's fused calls were checked (tests/llm/test_trl_grpo.py)
 TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")
+GRPO_GENERATION = "_generate"  # GRPOTrainer's method that samples a batch's completions (TRL 1.16)
 
 
 def sft_classes(feature: str) -> tuple[type, type]:
@@ -66,6 +72,32 @@ def dpo_classes(feature: str) -> tuple[type, type]:
     from trl import DPOConfig, DPOTrainer
 
     return DPOConfig, DPOTrainer
+
+
+def grpo_classes(feature: str) -> tuple[type, type]:
+    """(GRPOConfig, GRPOTrainer); ImportError naming `pip install 'turbotrain[llm]'` without TRL."""
+    require("trl", feature)
+    from trl import GRPOConfig, GRPOTrainer
+
+    return GRPOConfig, GRPOTrainer
+
+
+def note_grpo_generations(trainer, noted: Callable[[float, list, list], None]) -> None:
+    """Each generation of this GRPOTrainer reports (its seconds, the prompts' token ids, the completions' token
+    ids: lists of id lists, one per completion) to `noted`; its results are TRL's, unchanged."""
+    generate = getattr(trainer, GRPO_GENERATION, None)
+    if generate is None:
+        import trl
+
+        raise RuntimeError(f"TRL {trl.__version__}'s GRPOTrainer has no {GRPO_GENERATION} to time generation by")
+
+    def timed(prompts):
+        start = time.perf_counter()
+        output = generate(prompts)
+        noted(time.perf_counter() - start, output[0], output[1])
+        return output
+
+    setattr(trainer, GRPO_GENERATION, timed)
 
 
 def _loaded_trl_class(name: str) -> type | None:

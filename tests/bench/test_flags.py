@@ -89,6 +89,7 @@ def test_a_flag_of_another_task_is_an_error_naming_the_tasks_that_take_it(capsys
         ("seq2seq", {"source_len": 32, "backend": "onnxruntime"}),
         ("asr", {"freeze_encoder": True, "window_s": 3}),
         ("unet", {"channels": (8, 16), "peers": ("eager",)}),
+        ("grpo", {"vocab_size": 151936, "max_completion_length": 64, "prompt_tokens": (10, 40)}),
     ],
 )
 def test_every_workload_command_parses_back_to_it(task, values):

@@ -140,11 +140,18 @@ class TrainerWorkload(Schedule):
             return self.trainer_class(args=args, **kw)
         arguments_class = turbo_arguments(self.arguments_class)
         names = attribute_names(arguments_class)
-        backend, options = peer_backend(peer, self.backend)
-        turbo_options = {names["backend"]: backend, names["backend_options"]: options}
-        turbo_options.update({names[name]: off_value(name) for name in self.turbo_off})
+        turbo_options = self.turbo_options(arguments_class, peer)
         turbo_options.update({names[name]: value for name, value in (turbo_extra or {}).items()})
         return turbo(self.trainer_class)(args=arguments_class(**turbo_options, **common), **kw)
+
+    def turbo_options(self, arguments_class: type, peer: str) -> dict:
+        """The turbotrain options of a turbo peer (its backend and options, the passes `--turbo-off` turns off),
+        by `arguments_class`'s attribute names (a turbo arguments class)."""
+        names = attribute_names(arguments_class)
+        backend, backend_options = peer_backend(peer, self.backend)
+        options = {names["backend"]: backend, names["backend_options"]: backend_options}
+        options.update({names[name]: off_value(name) for name in self.turbo_off})
+        return options
 
 
 class ResidentAtStart(TrainerCallback):

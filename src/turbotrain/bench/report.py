@@ -146,6 +146,7 @@ def _data_lines(result: dict) -> list[str]:
         lines.append(f"Example lengths (tokens): {shown}.")
     if "head_share" in result:
         lines.append(f"Head share (bench/head_share.py): {result['head_share']['line']}.")
+    lines += _apart_lines(result)
     for name, row in result["peers"].items():
         report = row.get("backend_report")
         if report:
@@ -156,6 +157,27 @@ def _data_lines(result: dict) -> list[str]:
                 line += f"; graphs falling back to eager: {len(fallbacks)}"
                 line += f" ({'; '.join(fallbacks)[:300]})" if fallbacks else ""
             lines.append(line + ".")
+    return lines
+
+
+def _apart_lines(result: dict) -> list[str]:
+    """The part of the step timed apart (GRPO's generation), and the steps whose batches differed from the
+    reference's (left out of the loss difference)."""
+    peers, lines = result["peers"], []
+    if result.get("apart"):
+        shown = ", ".join(
+            f"{name} {row['apart_median_s']:.3f}" for name, row in peers.items() if "apart_median_s" in row
+        )
+        lines.append(
+            f"{result['apart'].capitalize()}, timed apart (not in the step seconds, the ratio or the throughput), "
+            f"median s per measured step: {shown}."
+        )
+    unequal = {name: row["unequal_batches"] for name, row in peers.items() if row.get("unequal_batches")}
+    if unequal:
+        shown = ", ".join(f"{name} {count}" for name, count in unequal.items())
+        lines.append(
+            f"Steps whose batch differed from {result.get('reference', 'stock')}'s (no loss compared): {shown}."
+        )
     return lines
 
 

@@ -18,7 +18,12 @@
   split into weights, gradients, optimizer state, logits and the rest (activations); and the memory held when
   training began (`memory_at_start_mb`, the median over the rounds: after the trainer was built and its
   passes self-checked, before the first step), where the peer's record has it;
-* loss difference: the largest |loss - reference loss| over all steps and rounds, absolute and relative;
+* loss difference: the largest |loss - reference loss| over all steps and rounds, absolute and relative; where
+  peers make their own batches (GRPO's completions) and record them (`PeerRecord.batch_keys`), only over the
+  steps whose batch equals the reference's (`unequal_batches`: how many steps were left out);
+* a part timed apart (the workload's `apart`, GRPO's generation): its median seconds per measured step and
+  every measured step's (`apart_median_s`, `apart_step_s`); it is not in the step seconds, so the ratio and
+  the throughput are of the rest of the step;
 * GFLOP/s and MFU, where the workload counts work: the median over the measured steps of the step's
   FLOPs on the work that peer executed (measure/flops.py: with label sparsity the head counts only
   labelled rows, with packing only real tokens) over its wall time, and that as a share of the matmul
@@ -57,6 +62,8 @@ class Segment:
     peak_mb: float | None = None
     split: MemorySplit | None = None
     start_mb: float | None = None  # held when training began (before the first step)
+    apart_seconds: list[float] | None = None  # a part of every step timed apart (PeerRecord.apart_seconds)
+    batch_keys: list[str] | None = None  # every step's batch as a digest, where the peer makes its own
 
 
 @dataclass
@@ -123,6 +130,7 @@ def run_segment(workload: Workload, peer: str, model, data, runs: PeerRuns, memo
     executed = ("padding_free" in record.passes, "label_sparsity" in record.passes)
     segment = Segment(record.seconds, record.losses, counter.counts[:steps], executed, peak)
     segment.start_mb = getattr(record, "resident_at_start_mb", None)
+    segment.apart_seconds, segment.batch_keys = record.apart_seconds, record.batch_keys
     if peak is not None and held is not None and record.model is not None:
         segment.split = split_growth(peak - held, record.model, record.optimizer, record.logits_bytes)
     runs.segments.append(segment)
@@ -131,9 +139,23 @@ def run_segment(workload: Workload, peer: str, model, data, runs: PeerRuns, memo
         runs.backend_report = record.backend_report  # cumulative over the rounds so far
 
 
+def step_pairs(runs: PeerRuns, reference: PeerRuns) -> tuple[list[tuple[float, float]], int]:
+    """(this peer's loss, the reference's) of every step whose batch equals the reference's (every step where
+    the batches are not recorded), and how many steps were left out for an unequal batch."""
+    pairs, unequal = [], 0
+    for own, theirs in zip(runs.segments, reference.segments):
+        keys = zip(own.batch_keys or [None] * len(own.losses), theirs.batch_keys or [None] * len(theirs.losses))
+        for a, b, (mine, ref) in zip(own.losses, theirs.losses, keys):
+            if mine != ref:
+                unequal += 1
+            else:
+                pairs.append((a, b))
+    return pairs, unequal
+
+
 def loss_difference(runs: PeerRuns, reference: PeerRuns) -> tuple[float, float]:
-    """Largest absolute and relative difference from the reference's losses, step by step."""
-    pairs = [(a, b) for mine, ref in zip(runs.losses, reference.losses) for a, b in zip(mine, ref)]
+    """Largest absolute and relative difference from the reference's losses, step by step (equal batches only)."""
+    pairs, _ = step_pairs(runs, reference)
     if not pairs:
         return float("nan"), float("nan")
     relative = (abs(a - b) / abs(b) if b else (0.0 if a == b else float("inf")) for a, b in pairs)
@@ -163,6 +185,9 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
         if rate:
             row[key] = rate
     row["step_s"] = [round(seconds, 4) for seconds in measured]
+    apart = [s for segment in peer.segments for s in (segment.apart_seconds or [])[warmup:]]
+    if apart:
+        row["apart_median_s"], row["apart_step_s"] = statistics.median(apart), [round(s, 4) for s in apart]
     if peer.backend_report:
         row["backend_report"] = peer.backend_report
     return row
@@ -201,6 +226,7 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
     if reference is not None:
         for name, row in rows.items():
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(runs[name], reference)
+            row["unequal_batches"] = step_pairs(runs[name], reference)[1]
             row["ratio"] = paired_speedup(runs[name], reference, workload.warmup)
             if model is not None:
                 row["work_ratio"] = paired_work_ratio(runs[name], reference, workload.warmup, model)
@@ -210,6 +236,7 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
         "workload": workload.describe(),
         "command": workload.command(),
         "unit": workload.unit,
+        "apart": getattr(workload, "apart", ""),
         "reference": workload.reference,
         "memory_kind": memory_kind,
         "environment": environment(),

@@ -14,6 +14,8 @@ protocol, for:
 * `unit`: what its throughput counts per step ("tokens": real tokens; "label tokens"; "examples"), and
   `step_work(batch)`: the FLOP count's work (measure/flops.py) of a batch where `counts_work` (not for
   encoder-decoder models or the UNet, which the formula does not describe: no GFLOP/s, no MFU);
+* `apart`: the name of a part of the step its peers time apart (`PeerRecord.apart_seconds`, not in the step
+  seconds: GRPO's generation), or "" where none is;
 * `title()`: the heading of its report row; `extras(model, data)`: what its report adds (a length
   histogram, the head's share of the step).
 
@@ -73,6 +75,8 @@ class PeerRecord:
     optimizer: torch.optim.Optimizer | None = None
     logits_bytes: int | None = None  # None: not counted
     resident_at_start_mb: float | None = None  # memory held when training began, before the first step
+    apart_seconds: list[float] | None = None  # every step's seconds in a part timed apart, not in `seconds`
+    batch_keys: list[str] | None = None  # every step's batch as a digest, where the peer makes its own batches
 
 
 class Workload(Protocol):
@@ -83,6 +87,7 @@ class Workload(Protocol):
     warmup: int
     reference: ClassVar[str]
     unit: ClassVar[str]
+    apart: ClassVar[str]
 
     def model(self) -> torch.nn.Module: ...
     def data(self) -> Any: ...
@@ -109,6 +114,7 @@ class Schedule:
 
     reference: ClassVar[str] = "stock"
     unit: ClassVar[str] = "tokens"
+    apart: ClassVar[str] = ""
 
     def __post_init__(self):
         self.peers = tuple(self.peers)

@@ -31,14 +31,13 @@ from typing import Any
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, PreTrainedTokenizerBase
 
-from turbotrain.args import attribute_names, turbo_arguments
-from turbotrain.bench.peers import TrainerPeer, TrainerWorkload, peer_backend
+from turbotrain.args import turbo_arguments
+from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES, with_lora
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.preference import build_preference_pairs, length_summary
-from turbotrain.passes.registry import off_value
 from turbotrain.trainer import turbo
 from turbotrain.trl_boundary import dpo_classes
 from turbotrain.utils.imports import is_available
@@ -134,13 +133,6 @@ class Dpo(TrainerWorkload):
             )
         trainer.data_collator = counter.wrap(trainer.data_collator)  # TRL's own collator, counted
         return TrainerPeer(trainer, counter)
-
-    def turbo_options(self, config_class: type, peer: str) -> dict:
-        names = attribute_names(config_class)
-        backend, backend_options = peer_backend(peer, self.backend)
-        options = {names["backend"]: backend, names["backend_options"]: backend_options}
-        options.update({names[name]: off_value(name) for name in self.turbo_off})
-        return options
 
     def title(self) -> str:
         config = self.config()
