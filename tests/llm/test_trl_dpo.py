@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, tokenizer
+from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, record_op_calls, tokenizer
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import turbo, turbo_arguments
-from turbotrain.passes import chunked_logprobs
 
 pytestmark = pytest.mark.requires_llm
 METRICS = (
@@ -60,15 +59,7 @@ def dpo_history(tmp_path, with_turbo: bool, peft: bool = False, steps: int = 3, 
 @pytest.fixture
 def op_calls(monkeypatch):
     """Each run of the per-row op: (rows, whether the hidden states need a gradient, whether statistics are wanted)."""
-    calls = []
-    original = chunked_logprobs.LinearLogProbs.apply
-
-    def counted(*args):
-        calls.append((args[0].shape[0], args[0].requires_grad, args[6]))
-        return original(*args)
-
-    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", counted)
-    return calls
+    return record_op_calls(monkeypatch, lambda args: (args[0].shape[0], args[0].requires_grad, args[6]))
 
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])

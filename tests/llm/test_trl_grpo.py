@@ -11,10 +11,9 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
+from tests.llm.helpers import decoder, prompt_completion_rows, record_op_calls, tokenizer
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import TurboGRPOConfig, TurboGRPOTrainer
-from turbotrain.passes import chunked_logprobs
 
 pytestmark = pytest.mark.requires_llm
 TEMPERATURE = 0.7
@@ -68,15 +67,7 @@ def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, **config):
 @pytest.fixture
 def op_calls(monkeypatch):
     """(hidden needs a gradient, statistics wanted, 1 / temperature) of each run of the per-row op."""
-    calls = []
-    original = chunked_logprobs.LinearLogProbs.apply
-
-    def noted(*args):
-        calls.append((args[0].requires_grad, args[6], args[7]))
-        return original(*args)
-
-    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
-    return calls
+    return record_op_calls(monkeypatch, lambda args: (args[0].requires_grad, args[6], args[7]))
 
 
 def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a_reference(tmp_path, op_calls):
