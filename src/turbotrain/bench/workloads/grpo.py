@@ -142,7 +142,7 @@ class Grpo(TrainerWorkload):
         """A fresh copy of the initial model, saved to `path`, where GRPOTrainer loads its reference model from."""
         policy = self.fresh(model)
         policy.save_pretrained(path)
-        policy.config._name_or_path = str(path)
+        policy.config.name_or_path = str(path)
         return policy
 
     def title(self) -> str:
