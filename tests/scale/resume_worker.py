@@ -1,7 +1,11 @@
 """Child process of the kill-and-resume test: trains tiny RoBERTa with TurboTrainer, checkpoints every
 2 steps, and appends every step's loss to LOSSES (one JSON line, flushed) as it goes.
 
-    python -m tests.scale.resume_worker OUT_DIR LOSSES [resume] [slow-save-at-step N]
+    python -m tests.scale.resume_worker OUT_DIR LOSSES [resume] [slow-save-at-step N] [pace-after-step N]
+
+`pace-after-step N`: every step after step N starts PACE_S late (a sleep; the numbers are the same), so a
+test that kills the process once step N is logged hits the run while it still trains: a tiny step takes
+milliseconds on a fast CPU, and the run could otherwise end (and save its last checkpoint) before the kill lands.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from tests.trainer_helpers import COMMON, dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 STEPS, SAVE_EVERY = 12, 2
+PACE_S = 0.5
 
 
 class LossFile(TrainerCallback):
@@ -30,6 +35,17 @@ class LossFile(TrainerCallback):
                 handle.write(json.dumps({"step": state.global_step, "loss": logs["loss"]}) + "\n")
                 handle.flush()
                 os.fsync(handle.fileno())
+
+
+class Pace(TrainerCallback):
+    """Each step after `after` starts PACE_S late."""
+
+    def __init__(self, after: int):
+        self.after = after
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step >= self.after:
+            time.sleep(PACE_S)
 
 
 class SlowSave(TurboTrainer):
@@ -56,6 +72,8 @@ def main() -> None:
     )
     trainer = SlowSave(model=make("roberta"), args=args, train_dataset=dataset(n=96))  # dropout on: RNG matters
     trainer.add_callback(LossFile(losses))
+    if "pace-after-step" in sys.argv:
+        trainer.add_callback(Pace(int(sys.argv[sys.argv.index("pace-after-step") + 1])))
     trainer.train(resume_from_checkpoint=True if resume else None)
 
 

@@ -67,10 +67,11 @@ def assert_resumed_like_uninterrupted(resumed: dict[int, float], full: dict[int,
 def test_sigkill_at_a_random_step_then_resume(tmp_path, uninterrupted):
     kill_after = random.Random(os.getpid()).randint(3, STEPS - 2)
     losses = tmp_path / "killed.jsonl"
-    process = worker(tmp_path / "out", losses)
+    process = worker(tmp_path / "out", losses, "pace-after-step", str(kill_after))
     wait_for(lambda: max(read_losses(losses), default=0) >= kill_after, process)
     process.send_signal(signal.SIGKILL)
     process.wait()
+    assert max(read_losses(losses)) < STEPS, "the kill must land while the run still trains"
     saved = newest_good_checkpoint_step(tmp_path / "out")  # the kill may land a step or two after kill_after
     assert saved is not None and saved >= kill_after - SAVE_EVERY, (saved, kill_after)
     resumed_log = tmp_path / "resumed.jsonl"
