@@ -11,8 +11,8 @@ which builds on `backends/base.py`), and no import circle between modules. A uni
 fails the test (a new folder or top module is placed on purpose), and so does a unit `LAYERS` names that
 is gone.
 
-An import resolves to the most specific module that exists (`from turbotrain.passes import packing`
-is `turbotrain.passes.packing`; `from turbotrain.backends import get_backend` is the package
+An import resolves to the most specific module that exists (`from turbotrain.passes.padding_free import packing`
+is `turbotrain.passes.padding_free.packing`; `from turbotrain.backends import get_backend` is the package
 `turbotrain.backends`), as the import system finds it.
 """
 

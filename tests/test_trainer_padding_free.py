@@ -16,7 +16,7 @@ from tests.trainer_helpers import (
     variable_length_dataset,
 )
 from turbotrain import TurboTrainer, TurboTrainingArguments
-from turbotrain.passes.packing import SEQUENCE_STARTS
+from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS
 
 
 def run(trainer_class, args_class, family, task, tmp_path, dropout=False, **overrides):

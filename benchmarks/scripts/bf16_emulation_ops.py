@@ -2,7 +2,7 @@
 
 Interleaved rounds, median seconds per call, ratios to fp32. Rows:
 * the head matmul [rows x hidden] . [hidden x vocab] (one chunk of a Qwen2 head: 220 x 256 x 151,936);
-* the chunked head's forward+backward (passes/chunked_ce.py, loss and every gradient) on `--head-rows` rows,
+* the chunked head's forward+backward (passes/chunked_ce/, loss and every gradient) on `--head-rows` rows,
   and the dense head (F.linear + cross-entropy) under the same autocast, stock and emulated.
 
     flock /tmp/turbotrain-cpu.lock env PYTHONPATH=src python benchmarks/scripts/bf16_emulation_ops.py

@@ -5,18 +5,20 @@ the integrations can all name these keys without importing one another. Each pas
 collator step adds (`PassSpec.batch_keys`, passes/registry.py) and its model hook takes them off again.
 
 * `IGNORE_INDEX` (-100): the label Transformers' losses skip (prompt tokens, padding, unmasked positions).
-* `PACKING_KEYS`, added by padding-free's packer (passes/packing.py), taken off by its model hook:
+* `PACKING_KEYS`, added by padding-free's packer (passes/padding_free/packing.py), taken off by its model hook:
   `SEQUENCE_STARTS` [B]: each sequence's first token as an index into the flattened [R * C] rows;
   `PADDED_LABELS` [B, L]: the padded labels, on which Trainer counts `num_items_in_batch` as stock would;
   `REAL_TOKENS` []: the number of real tokens, for trainers that count tokens from the mask (TRL);
   `SEGMENTS` [R, C]: which sequence each token belongs to (a row's tail its own segment);
-  `PACKED_SEQUENCES`: the real tokens by sequence length (passes/packed_sequences.py), what packed attention reads.
-* `HOST_ROWS_KEYS`, added by label sparsity's host-rows step (passes/host_rows.py), taken off by its model hook:
+  `PACKED_SEQUENCES`: the real tokens by sequence length (passes/padding_free/packed_sequences.py), what
+  packed attention reads.
+* `HOST_ROWS_KEYS`, added by label sparsity's host-rows step (passes/label_sparsity/host_rows.py), taken off
+  by its model hook:
   `LABEL_ROWS` [K] int64: the flattened [B*T] positions whose target is not -100;
   `LABEL_TARGETS` [K]: those targets;
   `LABEL_GRID` [B, T, 0]: an empty tensor whose shape records the labels' shape.
 * `ATTENTION_SEQUENCES`: not a batch key but the keyword padding-free's hook hands the packed attention function
-  inside one model call (passes/packed_attention.py), which takes it off before the stock attention runs.
+  inside one model call (passes/padding_free/packed_attention.py), which takes it off before the stock attention runs.
 """
 
 IGNORE_INDEX = -100

@@ -5,7 +5,8 @@
 
 They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's), made once; what turbotrain changes
 for each trainer is in passes/fused_head_calls.py (DPO's and GRPO's per-row weighted log-probs, GRPO's with its
-sampling temperature; their reference models' calls: passes/reference_calls.py; GRPO's generation stays TRL's)
+sampling temperature; their reference models' calls: passes/label_sparsity/reference_calls.py; GRPO's
+generation stays TRL's)
 and the run's summary line (where a trainer's calls are not answered, it says why: trl_boundary.py). Other
 TRL trainers get the same with `turbo(...)`. TRL is the `llm` extra: importing this module without it raises an ImportError naming `pip install 'turbotrain[llm]'`.
 """

@@ -27,7 +27,8 @@ which forwards them to the public `turbo_*` methods here:
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: the training batches go through the installed passes' collator steps
   (`OptimizeReport.collator`, one loop over the passes: the padding-free packer; on an accelerator inside
-  Trainer's loop, label sparsity's kept rows chosen on the host, passes/host_rows.py: no sync in the step);
+  Trainer's loop, label sparsity's kept rows chosen on the host, passes/label_sparsity/host_rows.py: no sync
+  in the step);
   evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
 * the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
   the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3), and
@@ -47,7 +48,7 @@ it steps aside (one log line) for trainers that compute their own loss other tha
 `refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
 answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
 (`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py), and DPOTrainer's separate reference
-model's calls the same way (passes/reference_calls.py),
+model's calls the same way (passes/label_sparsity/reference_calls.py),
 and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
@@ -74,9 +75,9 @@ from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.hidden_callbacks import HiddenCallbacks
 from turbotrain.passes.fused_optimizer import resolve_optim_name
+from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
 from turbotrain.passes.optimize import OptimizeReport, optimize
-from turbotrain.passes.packing import PADDED_LABELS
-from turbotrain.passes.reference_calls import answer_reference_calls
+from turbotrain.passes.padding_free.packing import PADDED_LABELS
 from turbotrain.passes.registry import StepPlace, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
@@ -99,7 +100,7 @@ class TurboMixin(TrainerBoundary):
     """turbotrain's part of a Trainer class; see the module docstring for what it changes."""
 
     turbo_report: OptimizeReport | None = None
-    turbo_reference = None  # DPOTrainer's separate reference model's pass (passes/reference_calls.py), or None
+    turbo_reference = None  # DPOTrainer's separate reference model's pass (label_sparsity/reference_calls.py), or None
 
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False

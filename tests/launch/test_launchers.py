@@ -33,7 +33,7 @@ from tests.launch.tiny_scripts import DATA_PARALLEL
 HF_EXAMPLES = os.environ.get("TURBOTRAIN_HF_EXAMPLES")
 PASSES_ACTIVE = ("label_sparsity", "padding_free")
 # a sequence classifier has one label per row and no LM head: label sparsity is for LM heads only
-# (passes/label_sparsity.py)
+# (passes/label_sparsity/)
 PASSES_ACTIVE_BY_SCRIPT = {"run_glue": ("padding_free", "embedding_grad")}
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
 SHORT = ["--max_steps", "4", "--save_steps", "4"]  # the multi-process runs: 4 steps, a checkpoint at the last

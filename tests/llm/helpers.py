@@ -65,16 +65,16 @@ def lora_config(modules_to_save=None):
 
 
 def record_op_calls(monkeypatch, note) -> list:
-    """Every run of the per-row chunked log-prob op (passes/chunked_logprobs.py), as `note(args)` makes it from the
+    """Every run of the per-row chunked log-prob op (passes/chunked_ce/logprobs.py), as `note(args)` makes it from the
     op's positional arguments (hidden, weight, bias, targets, softcap, chunk_rows, want_stats, 1 / temperature)."""
-    from turbotrain.passes import chunked_logprobs
+    from turbotrain.passes.chunked_ce import logprobs
 
     calls = []
-    original = chunked_logprobs.LinearLogProbs.apply
+    original = logprobs.LinearLogProbs.apply
 
     def noted(*args):
         calls.append(note(args))
         return original(*args)
 
-    monkeypatch.setattr(chunked_logprobs.LinearLogProbs, "apply", noted)
+    monkeypatch.setattr(logprobs.LinearLogProbs, "apply", noted)
     return calls

@@ -1,5 +1,5 @@
 """`turbo(DPOTrainer)`: TRL's fused_lm_head calls answered by the per-row-weighted chunked head on the completion
-rows only (passes/chunked_logprobs.py); the losses and every metric TRL logs equal stock DPOTrainer's, full
+rows only (passes/chunked_ce/logprobs.py); the losses and every metric TRL logs equal stock DPOTrainer's, full
 fine-tuning (trainable tied head, separate reference model) and LoRA (frozen head, reference = adapters off)."""
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_dpo_with_wpo_weighting_steps_aside_with_the_stock_numbers_and_says_so(t
 
 
 def test_the_policy_s_self_checks_stand_for_a_reference_of_its_class_and_configuration_only():
-    from turbotrain.passes.reference_calls import same_model
+    from turbotrain.passes.label_sparsity.reference_calls import same_model
 
     policy = decoder()
     assert same_model(decoder(seed=1), policy)  # other weights, same computation

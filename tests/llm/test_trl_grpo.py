@@ -1,6 +1,6 @@
 """`turbo(GRPOTrainer)`: TRL's fused_lm_head calls (the policy's log-probs and entropy, the reference model's
 log-probs) answered by the per-row-weighted chunked op on the completion rows only, with the logits divided by
-GRPO's sampling temperature as TRL's kernel does (passes/chunked_logprobs.py); generation stays TRL's.
+GRPO's sampling temperature as TRL's kernel does (passes/chunked_ce/logprobs.py); generation stays TRL's.
 Against stock GRPOTrainer, same seed, temperature != 1 and a reference model (beta > 0): the losses, the KL and
 entropy metrics and every parameter after the steps equal within fp32 float order."""
 

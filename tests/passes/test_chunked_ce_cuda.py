@@ -1,4 +1,4 @@
-"""The chunked head's CUDA choices (passes/chunked_ce_cuda.py), run on the CPU: the decisions take the device as
+"""The chunked head's CUDA choices (passes/chunked_ce/cuda.py), run on the CPU: the decisions take the device as
 an argument, the half-precision op runs here through the same code with an fp32 product in place of cuBLAS's
 fp32-output kernel, and the shared-factor check reads nothing back for a sum's gradient."""
 
@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from tests.tiny_models import LLM_VOCAB
-from turbotrain.passes import chunked_ce, chunked_ce_cuda
+from turbotrain.passes import chunked_ce
 from turbotrain.passes.chunked_ce import LinearCrossEntropy, linear_cross_entropy
+from turbotrain.passes.chunked_ce import cuda as chunked_ce_cuda
 
 BF16, FP16, FP32 = torch.bfloat16, torch.float16, torch.float32
 

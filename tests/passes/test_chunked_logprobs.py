@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.tiny_models import LLM_VOCAB, VOCAB
-from turbotrain.passes.chunked_logprobs import linear_log_probs
+from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
 
 
 def _inputs(rows, vocab, hidden, bias, dtype=torch.float32, seed=0):
@@ -124,7 +124,7 @@ def test_op_under_cpu_bf16_autocast_recomputes_as_the_forward_did():
 
 
 def test_op_without_statistics_gives_the_same_log_probs_and_none():
-    # a reference model's call (passes/reference_calls.py): TRL reads its log-probs only
+    # a reference model's call (passes/label_sparsity/reference_calls.py): TRL reads its log-probs only
     tensors, targets, _ = _inputs(19, 500, 12, bias=True)
     with torch.no_grad():
         nll, *stats = linear_log_probs(*tensors, targets, chunk_rows=4, want_stats=False)

@@ -1,6 +1,7 @@
-"""Kept rows chosen in the collator (passes/host_rows.py): the model uses them instead of its own `nonzero`,
-never sees the keys, gets the same loss and gradients, and the trainer adds them only for an accelerator inside
-Trainer's loop (label sparsity's collator step, one of the steps `OptimizeReport.collator` loops over)."""
+"""Kept rows chosen in the collator (passes/label_sparsity/host_rows.py): the model uses them instead of its
+own `nonzero`, never sees the keys, gets the same loss and gradients, and the trainer adds them only for an
+accelerator inside Trainer's loop (label sparsity's collator step, one of the steps `OptimizeReport.collator`
+loops over)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from tests.tiny_models import CAUSAL, FAMILIES, batch, make, padded_batch
 from turbotrain import optimize
 from turbotrain.backends.base import Backend
 from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
-from turbotrain.passes import host_rows, label_sparsity
-from turbotrain.passes.label_sparsity import labelled_rows
+from turbotrain.passes import label_sparsity
+from turbotrain.passes.label_sparsity import host_rows, labelled_rows
 from turbotrain.passes.registry import StepPlace
 from turbotrain.trainer import TurboMixin
 

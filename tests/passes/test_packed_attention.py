@@ -15,8 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import make, padded_batch
 from turbotrain import hf_boundary, optimize
-from turbotrain.passes.packed_attention import PREFIX
-from turbotrain.passes.packed_sequences import PACKED_SEQUENCES, sequence_metadata
+from turbotrain.passes.padding_free.packed_attention import PREFIX
+from turbotrain.passes.padding_free.packed_sequences import PACKED_SEQUENCES, sequence_metadata
 
 VOCAB = 97
 WINDOW = 8

@@ -14,7 +14,7 @@ from tests.parity import assert_same, loss_and_grads
 from tests.passes.test_packed_attention import _model
 from tests.tiny_models import make, padded_batch
 from turbotrain import optimize
-from turbotrain.passes import packed_attention
+from turbotrain.passes.padding_free import packed_attention
 
 ON_CUDA = torch.cuda.is_available()  # hardware, not an optional dependency: no requires_ marker
 pytestmark = pytest.mark.skipif(not ON_CUDA, reason="needs a CUDA GPU")

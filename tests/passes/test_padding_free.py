@@ -11,7 +11,7 @@ import torch
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import CAUSAL, ENCODERS, FAMILIES, make, padded_batch
 from turbotrain import optimize
-from turbotrain.passes.packing import SEQUENCE_STARTS, PackingSpec, pack_batch, plan_rows
+from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS, PackingSpec, pack_batch, plan_rows
 from turbotrain.utils.warnings import TurbotrainWarning
 
 SHAPES = {

@@ -95,10 +95,10 @@ def test_the_sync_audit_fails_a_sync_in_turbotrain_or_an_extra_one_in_the_backwa
     import torch
 
     case = gpu_check_parity.SYNC_CASES[0]
-    ours = {"forward": ["/x/src/turbotrain/passes/label_sparsity.py:120"], "backward": [], "optimizer": []}
+    ours = {"forward": ["/x/src/turbotrain/passes/label_sparsity/__init__.py:120"], "backward": [], "optimizer": []}
     NoCuda(monkeypatch, sites=ours)
     row = gpu_check_parity._sync_row(case, torch.device("cpu"), torch.bfloat16)
-    assert row["result"] == "FAIL" and "label_sparsity.py:120" in row["note"]
+    assert row["result"] == "FAIL" and "label_sparsity/__init__.py:120" in row["note"]
     calls = iter(
         [{"forward": [], "backward": [], "optimizer": []}, {"forward": [], "backward": ["e"], "optimizer": []}]
     )

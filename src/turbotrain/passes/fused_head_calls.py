@@ -8,7 +8,7 @@ kernel over the head, and returns per-token `log_probs`, `entropy`, `is_top1` an
 Triton TRL scores every position, prompt and padding included.
 
 Composed here: the call goes through the model's ordinary forward with the labels taken off (no
-logits built), the chunked head (chunked_ce.py) computes each kept row's NLL, entropy and arg-max
+logits built), the chunked head (passes/chunked_ce/) computes each kept row's NLL, entropy and arg-max
 match, and the answer TRL reads is rebuilt at its shape: the per-row values scattered back to the
 positions they came from, zeros elsewhere, `label_mask` = target != -100, `loss` as TRL's forward
 computes it. Same numbers as TRL's kernel (both are an fp32 log-softmax of the same logits).
@@ -18,9 +18,9 @@ the chunked head's pre-summed weight gradient requires).
 Composed for a trainer whose weighting of the per-token log-probabilities is known (the trainer asks for
 it: `trl_boundary.py: fused_call_weighting`):
 * `EQUAL`: `turbo(SFTTrainer)` with `loss_type="nll"`, one weight for every token: the chunked head's op
-  with dW summed in the forward (chunked_ce.py);
+  with dW summed in the forward (passes/chunked_ce/);
 * `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
-  per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_logprobs.py, whose backward
+  per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_ce/logprobs.py, whose backward
   recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`;
   `turbo(GRPOTrainer)` the same (TRL 1.16, without an entropy bonus, `cast_lm_head_to_fp32` or Liger:
   trl_boundary.grpo_refusal): its fused head divides the logits by the sampling temperature, which the op
@@ -29,7 +29,7 @@ it: `trl_boundary.py: fused_call_weighting`):
   entropy bonus is on, which steps aside).
 Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
 scores every position. A temperature other than 1 with the `EQUAL` op steps aside. DPOTrainer's (and
-GRPOTrainer's) separate reference model gets the same answer (passes/reference_calls.py:
+GRPOTrainer's) separate reference model gets the same answer (passes/label_sparsity/reference_calls.py:
 no gradient, log-probs only, as TRL's reference head returns).
 Stepped aside (TRL's own forward runs, one log line; a trainer whose weighting is unknown gets no label
 sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO, RLOO: not yet

@@ -19,11 +19,11 @@ model refuses it, and how the run's summary names it. Everything that names pass
   pre-hooks, which run in install order, take them off again in the reverse order (the last key added is the
   first taken off), so the model never sees one.
 
-Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))`, and its module named
+Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))` (or, for a pass with helpers of its
+own, a folder: the pass in its `__init__.py`, the helpers beside it, as `passes/padding_free/`), and its module named
 in the registration import of `passes/__init__.py`; a pass with a batch side gives its `collator` step and
-`batch_keys` there too. A pass outside the package registers the same way,
-before `turbotrain.args` is imported: `TurboOptions` is built from this list then, and a registration after
-that raises (its option would be missing).
+`batch_keys` there too. A pass outside the package registers the same way, before `turbotrain.args` is imported:
+`TurboOptions` is built from this list then, and a registration after that raises (its option would be missing).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@
   the passes on every rank alike. FSDP2 needs nothing: its forward hooks unshard each module's parameters for the
   call, and the checks go through the model's forward. Whole parameters: nothing to do.
 
-In training the passes read the head's weight inside the head module's own forward (chunked_ce.py), where the
+In training the passes read the head's weight inside the head module's own forward (passes/chunked_ce/), where the
 engine's pre-forward hook has gathered it (ZeRO-3) or unsharded it (FSDP2), and hand its gradient to autograd,
 whose accumulation the engine reduces and partitions as stock's.
 """

@@ -11,8 +11,8 @@ gradient. Where that dense gradient comes from depends on tying:
 * untied (Llama, classification models): the pass keeps a persistent buffer and attaches it, zeroed
   (its pages are already resident, ~4 ms), as `weight.grad` when the weight has none;
 * tied (a masked-LM decoder or an LM head sharing the matrix): the head's dense weight gradient is already
-  a vocabulary-sized tensor; the rows are added into it in place (passes/tied_rows.py: autograd would sum a
-  sparse gradient and the head's out of place, a fresh [V, H] copy every step); where that cannot run
+  a vocabulary-sized tensor; the rows are added into it in place (passes/embedding_grad/tied_rows.py: autograd would
+  sum a sparse gradient and the head's out of place, a fresh [V, H] copy every step); where that cannot run
   (`torch.autograd.grad`, a weight substituted by `functional_call`) they are returned sparse as above.
 
 Exact: the same sums as stock (rows of the padding index get no gradient, as stock), up to the float
@@ -49,8 +49,8 @@ from torch import nn
 from turbotrain import modeling
 from turbotrain.hf_boundary import sharding_engine
 from turbotrain.passes import sharded
+from turbotrain.passes.embedding_grad.tied_rows import TiedRows
 from turbotrain.passes.registry import PassSpec, register_pass
-from turbotrain.passes.tied_rows import TiedRows
 from turbotrain.utils.warnings import log_once, warn_once
 
 
@@ -246,7 +246,7 @@ register_pass(
         name="embedding_grad",
         help=(
             "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
-            "tensor every step (exact; passes/embedding_grad.py)."
+            "tensor every step (exact; passes/embedding_grad/)."
         ),
         order=40,
         install=lambda model, setup: apply_embedding_grad(model),

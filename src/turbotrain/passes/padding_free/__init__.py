@@ -80,16 +80,16 @@ from torch import nn
 from turbotrain import hf_boundary, modeling
 from turbotrain.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
 from turbotrain.passes.installed import HookedPass
-from turbotrain.passes.layer_masks import layer_masks, unsupported_layer_types
-from turbotrain.passes.packed_attention import AttentionSwitch
-from turbotrain.passes.packing import PackingSpec, pack_batch
-from turbotrain.passes.padding_free_check import (  # noqa: F401  (re-exported: the pass's self-check)
+from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: the pass's self-check)
     _packed,
     carries_state,
     check_lengths,
     compare_token_outputs,
     self_check,
 )
+from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_layer_types
+from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
+from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
 from turbotrain.passes.registry import Option, PassSpec, register_pass
 from turbotrain.utils.warnings import warn_once
 
@@ -409,7 +409,7 @@ register_pass(
         name="padding_free",
         help=(
             "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
-            "the collator pads (exact without dropout; passes/padding_free.py)."
+            "the collator pads (exact without dropout; passes/padding_free/)."
         ),
         order=30,
         install=lambda model, setup: apply_padding_free(
@@ -430,7 +430,8 @@ register_pass(
                 "padding_free_row_tokens",
                 "auto",
                 "Tokens per packed row with packed attention (no mask, no C^2 cost per row): 'auto' (the whole batch "
-                "in one row), 'longest' (rows as long as the longest sequence), or a number (passes/packing.py).",
+                "in one row), 'longest' (rows as long as the longest sequence), or a number "
+                "(passes/padding_free/packing.py).",
                 choices=("auto", "longest"),
                 off="longest",
                 numbers=True,
@@ -439,7 +440,8 @@ register_pass(
                 "padding_free_attention",
                 "packed",
                 "How packed rows attend within each sequence: 'packed' (the packed-attention function where the "
-                "model can use it, masks otherwise; passes/packed_attention.py) or 'masks' (per-layer masks only).",
+                "model can use it, masks otherwise; passes/padding_free/packed_attention.py) or 'masks' "
+                "(per-layer masks only).",
                 choices=("packed", "masks"),
                 off="masks",
             ),

@@ -3,7 +3,7 @@
 The building block of preference and RL post-training (TRL's DPO, KTO: passes/fused_head_calls.py): those
 trainers read the log-probability of each chosen token and weight it by a factor of their own (per sequence
 for DPO's sigmoid loss, per token with `ld_alpha`), so the weight gradient cannot be summed in the forward
-with one shared factor, as the SFT op does (chunked_ce.py: `LinearCrossEntropy`).
+with one shared factor, as the SFT op does (chunked_ce/__init__.py: `LinearCrossEntropy`).
 
 Op `LinearLogProbs` (autograd.Function): hidden [K, H] (only the scored rows: completion tokens; prompts and
 padding never reach the head), weight [V, H], bias [V] or None, targets [K] -> per-row NLL [K] (-log p of the

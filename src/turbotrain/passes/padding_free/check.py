@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.passes.packing import SEQUENCE_STARTS, PackingSpec, pack_batch
+from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS, PackingSpec, pack_batch
 from turbotrain.passes.self_check import check_under_run_precision, compare_losses, current_precision
 from turbotrain.utils.mode import training_mode
 

@@ -13,7 +13,7 @@ Op -> module -> install, in this file:
   scales: dh row k by grad_output[k] (exact for any weighting); dW and db by the one shared factor, which
   requires the per-row weights to be equal (a sum or a mean of the rows: Transformers' losses and TRL's
   "nll" loss). Unequal weights on a trainable head raise an error naming the option that turns this off
-  (on CUDA at the next call: the check is read back a step later, chunked_ce_cuda.py).
+  (on CUDA at the next call: the check is read back a step later, chunked_ce/cuda.py).
   A frozen head (LoRA) gets no dW at all, and hidden states that need no gradient get no dh.
 * module `ChunkedHead`: takes over the output projection (`get_output_embeddings()`, or the active
   copy inside a PEFT `modules_to_save` wrapper) for one forward call: label sparsity hands it the kept
@@ -37,7 +37,7 @@ weight is the embedding's, autograd adds both gradients into it. With `gradient_
 the head is outside the checkpointed layers, so nothing changes.
 Memory: one chunk of logits [chunk_rows, V] fp32 plus dW [V, H] (fp32) instead of [K, V] logits,
 their softmax and their gradient.
-On CUDA (chunked_ce_cuda.py): the matmuls run in the run's autocast dtype (bf16/fp16) with dW summed in
+On CUDA (chunked_ce/cuda.py): the matmuls run in the run's autocast dtype (bf16/fp16) with dW summed in
 fp32, chunks of max(H, 2,048) rows, and the backward reads no value back to the host. The CPU op is
 unchanged.
 """
@@ -53,8 +53,9 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.passes import chunked_ce_cuda, fused_head_calls
-from turbotrain.passes.chunked_logprobs import linear_log_probs
+from turbotrain.passes import fused_head_calls
+from turbotrain.passes.chunked_ce import cuda
+from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
@@ -105,12 +106,12 @@ class LinearCrossEntropy(torch.autograd.Function):
     """Per-row NLL of a linear head, its gradients computed chunk by chunk in the forward (module docstring).
 
     `compute_dtype` None: the op as built on the CPU (fp32 weight gradient); a half dtype: its matmuls in that
-    dtype with dW summed in fp32 (chunked_ce_cuda.py, chosen on CUDA)."""
+    dtype with dW summed in fp32 (chunked_ce/cuda.py, chosen on CUDA)."""
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats, compute_dtype=None):
-        if chunked_ce_cuda.PENDING.pending:
-            chunked_ce_cuda.PENDING.raise_if_unequal()
+        if cuda.PENDING.pending:
+            cuda.PENDING.raise_if_unequal()
         if compute_dtype is not None:
             return _forward_in(ctx, compute_dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats)
         rows = hidden.shape[0]
@@ -140,7 +141,7 @@ class LinearCrossEntropy(torch.autograd.Function):
         if dh is not None:
             grad_h = dh * grad_nll[:, None].to(dh.dtype)
         if dw is not None or db is not None:
-            scale = chunked_ce_cuda.shared_factor(grad_nll)
+            scale = cuda.shared_factor(grad_nll)
             # in place: the saved sums are used once (no retain_graph through a training loss)
             grad_w = dw.mul_(scale).to(ctx.dtypes[0]) if dw is not None else None
             grad_b = db.mul_(scale).to(ctx.dtypes[1]) if db is not None else None
@@ -172,7 +173,7 @@ def _outputs(ctx, hidden, weight, bias, want_stats: bool):
 
 
 def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
-    """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce_cuda.py)."""
+    """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce/cuda.py)."""
     rows = hidden.shape[0]
     nll, entropy, is_top1, dh, dw, db = _outputs(ctx, hidden, weight, bias, want_stats)
     with torch.autocast(hidden.device.type, enabled=False):  # every input is cast here, once
@@ -186,7 +187,7 @@ def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, 
             if dh is not None:
                 dh[part] = dz @ w  # [C, V] x [V, H] -> [C, H]
             if dw is not None:  # [V, C] x [C, H] in the half dtype, summed in fp32
-                chunked_ce_cuda.add_weight_grad(dw, dz.T, h, first=start == 0)
+                cuda.add_weight_grad(dw, dz.T, h, first=start == 0)
             if db is not None:
                 db += dz.sum(dim=0, dtype=torch.float32)
     return _saved(ctx, weight, bias, (dh, dw, db), (nll, entropy, is_top1) if want_stats else (nll,))
@@ -196,12 +197,12 @@ def linear_cross_entropy(hidden, weight, bias, targets, *, softcap=None, chunk_r
     """Per-row NLL [K] (plus entropy [K], is_top1 [K] with `want_stats`) of the head on rows `hidden` [K, H].
 
     On CUDA the matmuls run in the run's autocast dtype (or the weight's half dtype) with dW summed in fp32,
-    in chunks sized from H (chunked_ce_cuda.py); on the CPU in fp32, in chunks of `CHUNK_BYTES` of logits."""
-    autocast = chunked_ce_cuda.autocast_dtype_of(hidden.device)
-    compute_dtype = chunked_ce_cuda.compute_dtype_for(hidden.device, weight.dtype, autocast)
+    in chunks sized from H (chunked_ce/cuda.py); on the CPU in fp32, in chunks of `CHUNK_BYTES` of logits."""
+    autocast = cuda.autocast_dtype_of(hidden.device)
+    compute_dtype = cuda.compute_dtype_for(hidden.device, weight.dtype, autocast)
     if chunk_rows is None:
         on_cuda = hidden.device.type == "cuda"
-        chunk_rows = chunked_ce_cuda.cuda_chunk_rows(weight.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
+        chunk_rows = cuda.cuda_chunk_rows(weight.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
     args = (hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats, compute_dtype)
     outputs = LinearCrossEntropy.apply(*args)
     return outputs if want_stats else outputs[0]
@@ -234,10 +235,10 @@ class ChunkedHead:
         self.call: Call | None = None
         # answer TRL's fused_lm_head calls (fused_head_calls.py) for a trainer whose loss weighting is known:
         # "equal" (turbo(SFTTrainer), loss_type="nll": dW summed in the forward) or "per_row" (turbo(DPOTrainer):
-        # any weight per token, chunked_logprobs.py)
+        # any weight per token, chunked_ce/logprobs.py)
         self.fused_weighting = fused_head_calls.weighting_of(compose_fused_calls)
         self.compose_fused_calls = self.fused_weighting is not None
-        self.fused_stats = True  # False: a reference model's calls, log-probs only (passes/reference_calls.py)
+        self.fused_stats = True  # False: a reference model's calls, log-probs only (label_sparsity/reference_calls.py)
         self.temperature = 1.0  # TRL's fused head divides the logits by it (GRPO's sampling temperature)
         projection.forward = types.MethodType(_projection_forward, projection)
         projection._turbotrain_chunked_ce = self
@@ -403,7 +404,7 @@ register_pass(
         name=NAME,
         help=(
             "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
-            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce.py)."
+            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce/)."
         ),
         order=20,
         # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands

@@ -25,21 +25,21 @@ the stock answer too (NaN loss, zero gradients).
 Saved: (B*T - K) / (B*T) of the head's FLOPs and of the logits memory. At 15% masking that is 85%;
 at batch 16 x 128 and RoBERTa's vocabulary of 50,265 the stock fp32 logits alone are 412 MB, and
 their gradient and softmax as much again each.
-Cost: counting the kept rows (`nonzero`) is a host sync on an accelerator, so there TurboTrainer's collator
-chooses them on the host instead and the batch carries them (passes/host_rows.py: same rows, no sync in the
-step); on the CPU, and for calls without them, the model chooses them itself. A compiler that needs static
-shapes (the xla backend) chooses the rows on the host too, padded to a fixed count with label -100
-entries that add nothing to the loss, and hands them in through `static_rows` (see `kept_rows`).
+Cost: counting the kept rows (`nonzero`) is a host sync on an accelerator, so there TurboTrainer's collator chooses
+them on the host instead and the batch carries them (passes/label_sparsity/host_rows.py: same rows, no sync in the
+step); on the CPU, and for calls without them, the model chooses them itself. A compiler that needs static shapes (the
+xla backend) chooses the rows on the host too, padded to a fixed count with label -100 entries that add nothing to the
+loss, and hands them in through `static_rows` (see `kept_rows`).
 
 Head: chosen when the pass is built (`apply_label_sparsity`), never changed after. Either the model's own
 head and loss run on the kept rows, or, with `chunked_cross_entropy` (registered as this pass's part: the
-registry hands its options to this pass's install), a `ChunkedHead` (passes/chunked_ce.py) may take a call over: the labels leave the model call, the output projection computes the loss on the
+registry hands its options to this pass's install), a `ChunkedHead` (passes/chunked_ce/) may take a call over: the labels leave the model call, the output projection computes the loss on the
 gathered rows chunk by chunk, and the loss is put on the model's output. TRL's `fused_lm_head` calls are
 answered the same way where the chunked head was built to (`fused_head_calls`), else left to TRL
 (passes/fused_head_calls.py).
 
 Not applied (the model stays dense, full logits): evaluation and prediction (`model.eval()`; a reference
-model's fused calls excepted, passes/reference_calls.py), calls
+model's fused calls excepted, passes/label_sparsity/reference_calls.py), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
 whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
@@ -66,10 +66,11 @@ from turbotrain.modeling import (
     is_seq2seq_lm,
     module_or_none,
 )
-from turbotrain.passes import chunked_ce, fused_head_calls, host_rows
+from turbotrain.passes import chunked_ce, fused_head_calls
 from turbotrain.passes.chunked_ce import ChunkedHead
-from turbotrain.passes.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.installed import HookedPass
+from turbotrain.passes.label_sparsity import host_rows
+from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.trl_boundary import unanswered_token_scores
@@ -285,7 +286,7 @@ def apply_label_sparsity(
     """Install label sparsity on `model`; return the installed pass, or None (with one warning).
 
     Its head is chosen here: the chunked head where `chunked_cross_entropy` ("auto", "always", "never")
-    asks for it and it checks out (passes/chunked_ce.py; answering TRL's fused_lm_head calls too with
+    asks for it and it checks out (passes/chunked_ce/; answering TRL's fused_lm_head calls too with
     `fused_head_calls`), else the model's own head on the kept rows."""
     model_name = type(model).__name__
     head = find_head(model)
@@ -338,14 +339,14 @@ def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
 
 def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
     """Label sparsity's collator step: the kept rows chosen on the host where the step would wait for them
-    (passes/host_rows.py: on an accelerator, inside Trainer's loop), else `inner` as it is."""
+    (passes/label_sparsity/host_rows.py: on an accelerator, inside Trainer's loop), else `inner` as it is."""
     return host_rows.HostRowsCollator(inner, installed.head.causal) if host_rows.wanted(place) else inner
 
 
 register_pass(
     PassSpec(
         name="label_sparsity",
-        help="Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity.py).",
+        help="Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity/).",
         order=10,
         install=_install,
         refused_by_trainer=refused_by_trainer,

@@ -1,8 +1,9 @@
 """The chunked head's choices on CUDA: compute dtype, chunk size, the fp32 weight-gradient sum, and no host sync.
 
-chunked_ce.py's op was built and measured on a CPU: fp32 weight-gradient matmuls (`torch.mm(out=dW)` is an
-`out=` call, which autocast never casts) and chunks of 128 MB of logits (tuned to a CPU's caches). On an
-H200 an fp32 matmul runs at about 1/15 of bf16's rate, so there the op follows what the run computes in:
+The chunked head's op (chunked_ce/__init__.py) was built and measured on a CPU: fp32 weight-gradient
+matmuls (`torch.mm(out=dW)` is an `out=` call, which autocast never casts) and chunks of 128 MB of logits
+(tuned to a CPU's caches). On an H200 an fp32 matmul runs at about 1/15 of bf16's rate, so there the op
+follows what the run computes in:
 
 * compute dtype (`compute_dtype_for`): on CUDA the run's autocast dtype (Trainer's bf16=True / fp16=True),
   else the weight's own dtype when it is bf16/fp16 (a model loaded in half precision), else None: an fp32

@@ -53,7 +53,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from turbotrain import hf_boundary, modeling
 from turbotrain.batch_keys import ATTENTION_SEQUENCES
-from turbotrain.passes.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
+from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")

@@ -22,7 +22,7 @@ rows of that many tokens (at least the longest sequence), "longest" as the other
     models, only to earlier ones). The unused tail of a row is its own block, so no softmax row is
     empty. Every layer gets this one mask: right only for models whose layers share one rule;
   - "positions" and "layers": [R, C], 1 on real tokens and 0 on the tail (what stock's mask sums
-    to). The model-side hook (padding_free.py) removes it before the model runs: with "positions"
+    to). The model-side hook (padding_free/__init__.py) removes it before the model runs: with "positions"
     the model builds every layer's own mask (sliding window, chunks, its own overlays) from the
     restarting `position_ids`, as Transformers' `masking_utils` does for packed rows; with "layers"
     the hook builds one mask per layer type from the segment ids below;
@@ -63,7 +63,7 @@ from turbotrain.batch_keys import (
     SEGMENTS,
     SEQUENCE_STARTS,
 )
-from turbotrain.passes.packed_sequences import sequence_metadata
+from turbotrain.passes.padding_free.packed_sequences import sequence_metadata
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")

@@ -6,7 +6,7 @@ mode, as `ref_model(**batch, labels=labels, fused_lm_head=True)` and reads `.log
 (TRL's `add_fused_lm_head` with its default outputs: log-probs only, the other fields None). On a device
 without Triton TRL's kernel scores every position, prompt and padding included. Here the reference model
 gets the policy's answer to those calls (passes/fused_head_calls.py): label sparsity gathers the completion
-rows [B, T, H] -> [K, H] and the chunked op (chunked_logprobs.py, no gradient: one matmul per chunk, nothing
+rows [B, T, H] -> [K, H] and the chunked op (chunked_ce/logprobs.py, no gradient: one matmul per chunk, nothing
 saved, no statistics) gives their log-probs, scattered back to [B, T - 1] with zeros elsewhere, as TRL's.
 Only fused calls are answered (`LabelSparsity.fused_calls_in_eval`); any other call of the reference model
 runs as it is. A LoRA run's reference is the policy with its adapters off: the policy's own pass answers it.
