@@ -121,3 +121,6 @@ def test_the_policy_s_self_checks_stand_for_a_reference_of_its_class_and_configu
     policy = decoder()
     assert same_model(decoder(seed=1), policy)  # other weights, same computation
     assert not same_model(decoder(tied=False), policy)  # another configuration: its own self-checks run
+    uncached = decoder()
+    uncached.config.use_cache = False  # GRPOTrainer's policy; its reference, loaded from the policy's path, caches
+    assert same_model(uncached, policy)

@@ -14,8 +14,9 @@ runs as it is. A LoRA run's reference is the policy with its adapters off: the p
 Installed only where the policy's chunked head answers its fused calls (`fused_weighting` set: the trainer's
 weighting is known, chunked cross-entropy is on), and the reference is a plain model (not a DeepSpeed or FSDP
 wrapper: `trl_boundary.separate_reference_model`). Self-check: none where the reference has the policy's
-class and configuration (the policy's checks ran on the same computation); else the passes' own, and a
-reference that fails them keeps TRL's path (one warning).
+class and configuration (the policy's checks ran on the same computation; a check would also page in the
+weights of a reference TRL loaded from a file, which stock reads only at its first step); else the passes'
+own, and a reference that fails them keeps TRL's path (one warning).
 
 Exact: the same fp32 log-sum-exp per row as TRL's kernel (float order only, ≤1e-5 relative:
 tests/llm/test_trl_dpo.py compares the losses and every metric with stock DPOTrainer's).
@@ -27,7 +28,9 @@ from torch import nn
 
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
 
-IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version")
+# where the weights came from, and `use_cache` (GRPOTrainer turns it off on the policy only; a KV cache changes no
+# score of a forward over whole rows): settings that leave the head's computation as it is
+IGNORED_CONFIG_KEYS = ("_name_or_path", "transformers_version", "use_cache")
 
 
 def same_model(reference: nn.Module, policy: nn.Module) -> bool:
