@@ -191,7 +191,7 @@ class TurboMixin(TrainerBoundary):
                 model, **self.turbo_options.pass_options(), fused_head_calls=fused_call_weighting(self)
             )
         chunked = getattr(self.turbo_report, "chunked_cross_entropy", None)
-        if chunked is not None:  # GRPO's fused head divides the logits by its sampling temperature
+        if chunked is not None:  # GRPO's and RLOO's fused head divides the logits by the sampling temperature
             chunked.temperature = fused_call_temperature(self)
         return self.backend.wrap_model(model)
 

@@ -13,16 +13,19 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   of its `fused_lm_head` calls, for the chunked head to answer them (passes/fused_head_calls.py): "equal"
   (that SFTTrainer), "per_row" (`DPOTrainer` without WPO's `use_weighting` or Liger's loss: it reads
   `log_probs`, `entropy`, `mean_logits`, `is_top1` and weights each sequence by its own factor), else None.
-  "per_row" too for `GRPOTrainer` of the TRL releases it was checked against (`GRPO_RELEASES`): it reads
-  `log_probs` and `entropy` of logits divided by its sampling temperature (`fused_call_temperature`) and
-  weights each token by its own factor (advantage, clipping, KL); it steps aside (`grpo_refusal`, said in
-  the summary) for another TRL release, an entropy bonus (`entropy_coef`, `use_adaptive_entropy`: its
-  gradient flows through the entropy, which the chunked op returns without one), `cast_lm_head_to_fp32`
-  (TRL replaces the head's forward) and Liger.
+  "per_row" too for the trainers that sample completions and score their tokens at the sampling temperature
+  (`is_sampling_rl_trainer`: `GRPOTrainer` and `RLOOTrainer`, of the TRL releases they were checked against,
+  `RL_RELEASES`): both read `log_probs` and `entropy` of logits divided by that temperature
+  (`fused_call_temperature`) through the same `_get_per_token_logps_and_entropies`; GRPO weights each token by
+  its own factor (advantage, clipping, KL), RLOO each sequence's summed log-probs by one (advantage, clipping;
+  its KL enters the reward, from log-probs taken without gradient); the entropy is a metric in both. They step
+  aside (`rl_refusal`, said in the summary) for another TRL release, an entropy bonus (GRPO's `entropy_coef`,
+  `use_adaptive_entropy`: its gradient flows through the entropy, which the chunked op returns without one),
+  `cast_lm_head_to_fp32` (GRPO: TRL replaces the head's forward) and Liger.
   `unanswered_token_scores(trainer)`: why label sparsity has nothing to act on in a TRL trainer whose calls
-  are not answered (KTO, RLOO, ORPO; DPO with WPO or Liger; GRPO as above), for the summary to say so.
-  `separate_reference_model(trainer)`: DPOTrainer's or GRPOTrainer's `ref_model` where turbotrain may answer
-  its calls too.
+  are not answered (KTO, ORPO; DPO with WPO or Liger; GRPO and RLOO as above), for the summary to say so.
+  `separate_reference_model(trainer)`: the `ref_model` of DPOTrainer, GRPOTrainer or RLOOTrainer where
+  turbotrain may answer its calls too.
   `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
   TRL release has no such class).
 * `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
@@ -53,7 +56,9 @@ from turbotrain.batch_keys import REAL_TOKENS
 from turbotrain.utils.imports import require
 
 FUSED_LM_HEAD = "fused_lm_head"
-GRPO_RELEASES = ("1.16.",)  # TRL releases whose GRPOTrainer's fused calls were checked (tests/llm/test_trl_grpo.py)
+# TRL releases whose GRPOTrainer's and RLOOTrainer's fused calls were checked (tests/llm/test_trl_grpo.py, _rloo.py)
+RL_RELEASES = ("1.16.",)
+SAMPLING_RL_TRAINERS = ("GRPOTrainer", "RLOOTrainer")
 TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")
 GRPO_GENERATION = "_generate"  # GRPOTrainer's method that samples a batch's completions (TRL 1.16)
 
@@ -134,13 +139,21 @@ def is_grpo_trainer(trainer) -> bool:
     return _is_instance_of(trainer, "GRPOTrainer")
 
 
-def grpo_refusal(trainer) -> str | None:
-    """Why turbotrain does not answer this GRPOTrainer's fused calls (module docstring), or None."""
+def is_sampling_rl_trainer(trainer) -> bool:
+    """`trainer` (an instance or a class) samples completions and scores their tokens with TRL's fused head at its
+    sampling temperature: GRPOTrainer or RLOOTrainer (or a class derived from one)."""
+    return any(_is_instance_of(trainer, name) for name in SAMPLING_RL_TRAINERS)
+
+
+def rl_refusal(trainer) -> str | None:
+    """Why turbotrain does not answer this GRPOTrainer's or RLOOTrainer's fused calls (module docstring), or None.
+    RLOOConfig has no entropy bonus or `cast_lm_head_to_fp32`: those settings read as off for it."""
     import trl
 
     args = trainer.args
-    if not trl.__version__.startswith(GRPO_RELEASES):
-        return f"TRL {trl.__version__} is not a release turbotrain checked GRPO's calls against (1.16)"
+    if not trl.__version__.startswith(RL_RELEASES):
+        name = trl_trainer_name(trainer)
+        return f"TRL {trl.__version__} is not a release turbotrain checked {name}'s calls against (1.16)"
     if getattr(args, "entropy_coef", 0.0) != 0.0 or getattr(args, "use_adaptive_entropy", False):
         return "its entropy bonus takes a gradient through the entropy, which turbotrain's op returns without one"
     if getattr(args, "cast_lm_head_to_fp32", False):
@@ -151,8 +164,9 @@ def grpo_refusal(trainer) -> str | None:
 
 
 def fused_call_temperature(trainer) -> float:
-    """The temperature TRL's fused head divides the logits by for `trainer`'s calls: GRPO's sampling one, else 1."""
-    return float(trainer.args.temperature) if is_grpo_trainer(trainer) else 1.0
+    """The temperature TRL's fused head divides the logits by for `trainer`'s calls: GRPO's or RLOO's sampling
+    one, else 1."""
+    return float(trainer.args.temperature) if is_sampling_rl_trainer(trainer) else 1.0
 
 
 def sums_tokens(trainer) -> bool:
@@ -176,7 +190,7 @@ def fused_call_weighting(trainer) -> str | None:
         and not getattr(args, "use_liger_kernel", False)
     ):
         return "per_row"
-    if is_grpo_trainer(trainer) and grpo_refusal(trainer) is None:
+    if is_sampling_rl_trainer(trainer) and rl_refusal(trainer) is None:
         return "per_row"
     return None
 
@@ -195,7 +209,7 @@ def unanswered_token_scores(trainer) -> str | None:
     name = trl_trainer_name(trainer)
     if name is None or is_sft_trainer(trainer) or fused_call_weighting(trainer) is not None:
         return None
-    why = grpo_refusal(trainer) if is_grpo_trainer(trainer) else None
+    why = rl_refusal(trainer) if is_sampling_rl_trainer(trainer) else None
     return (
         f"TRL's {name} scores its tokens itself (its fused LM head or its own log-softmax), which turbotrain does "
         f"not answer for this trainer{f' ({why})' if why else ''}: TRL's computation runs"
@@ -203,11 +217,11 @@ def unanswered_token_scores(trainer) -> str | None:
 
 
 def separate_reference_model(trainer) -> torch.nn.Module | None:
-    """DPOTrainer's or GRPOTrainer's own reference model (`ref_model`, full fine-tuning), where it is a plain
-    module: None for a LoRA run (the reference is the policy with its adapters off), a DeepSpeed or FSDP run,
-    and other trainers."""
+    """DPOTrainer's, GRPOTrainer's or RLOOTrainer's own reference model (`ref_model`, full fine-tuning), where it
+    is a plain module: None for a LoRA run (the reference is the policy with its adapters off), a DeepSpeed or
+    FSDP run, and other trainers."""
     reference = getattr(trainer, "ref_model", None)
-    known = is_dpo_trainer(trainer) or is_grpo_trainer(trainer)
+    known = is_dpo_trainer(trainer) or is_sampling_rl_trainer(trainer)
     if not known or not isinstance(reference, torch.nn.Module):
         return None
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):

@@ -1,8 +1,8 @@
 """A separate reference model's fused-head calls, answered like the policy's: only the scored rows reach the head.
 
-TRL's `DPOTrainer` with a `ref_model` (full fine-tuning) calls it in every step (GRPOTrainer with `beta > 0`:
-at each generation, its logits divided by the sampling temperature as the policy's), under `no_grad` and in eval
-mode, as `ref_model(**batch, labels=labels, fused_lm_head=True)` and reads `.log_probs` [B, T - 1]
+TRL's `DPOTrainer` with a `ref_model` (full fine-tuning) calls it in every step (GRPOTrainer and RLOOTrainer
+with `beta > 0`: at each generation, its logits divided by the sampling temperature as the policy's), under
+`no_grad` and in eval mode, as `ref_model(**batch, labels=labels, fused_lm_head=True)` and reads `.log_probs` [B, T - 1]
 (TRL's `add_fused_lm_head` with its default outputs: log-probs only, the other fields None). On a device
 without Triton TRL's kernel scores every position, prompt and padding included. Here the reference model
 gets the policy's answer to those calls (passes/fused_head_calls.py): label sparsity gathers the completion
@@ -63,5 +63,5 @@ def answer_reference_calls(reference: nn.Module | None, policy: nn.Module, repor
         return None
     installed.fused_calls_in_eval = True
     installed.chunked_head.fused_stats = False  # TRL reads the reference's log-probs only
-    installed.chunked_head.temperature = chunked.temperature  # TRL patches both heads with the same one (GRPO)
+    installed.chunked_head.temperature = chunked.temperature  # TRL patches both heads with the same one (GRPO, RLOO)
     return installed
