@@ -73,12 +73,14 @@ def test_seq2seq_names_train_the_stock_losses(tmp_path):
 
 
 @pytest.mark.requires_llm
-def test_dpo_and_grpo_names_are_the_turbo_classes():
-    from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer
+def test_dpo_grpo_and_rloo_names_are_the_turbo_classes():
+    from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     assert turbotrain.TurboDPOTrainer is turbo(DPOTrainer) and turbotrain.TurboDPOConfig is turbo_arguments(DPOConfig)
     assert turbotrain.TurboGRPOTrainer is turbo(GRPOTrainer)
     assert turbotrain.TurboGRPOConfig is turbo_arguments(GRPOConfig)
+    assert turbotrain.TurboRLOOTrainer is turbo(RLOOTrainer)
+    assert turbotrain.TurboRLOOConfig is turbo_arguments(RLOOConfig)
     args = turbotrain.TurboDPOConfig(output_dir="out", beta=0.2, backend="eager", bf16=False)  # TRL: bf16 default
     again = pickle.loads(pickle.dumps(args))
     assert type(again) is turbotrain.TurboDPOConfig and (again.beta, again.backend) == (0.2, "eager")

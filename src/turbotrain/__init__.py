@@ -4,7 +4,7 @@
 
 Ready names for the common subclasses: `TurboSeq2SeqTrainer` / `TurboSeq2SeqTrainingArguments`, and
 `TurboSFTTrainer` / `TurboSFTConfig`, `TurboDPOTrainer` / `TurboDPOConfig`, `TurboGRPOTrainer` /
-`TurboGRPOConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
+`TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
 `turbo(MyTrainer)` and `turbo_arguments(MyArguments)`.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
 `compile(module, backend=...)` puts any module's training step (a diffusers UNet...) on a backend;
@@ -30,6 +30,8 @@ _LAZY = {
     "TurboDPOTrainer": "turbotrain.preference",
     "TurboGRPOConfig": "turbotrain.preference",
     "TurboGRPOTrainer": "turbotrain.preference",
+    "TurboRLOOConfig": "turbotrain.preference",
+    "TurboRLOOTrainer": "turbotrain.preference",
     "turbo": "turbotrain.trainer",
     "turbo_arguments": "turbotrain.args",
     "fused_adamw": "turbotrain.passes",

@@ -1,11 +1,11 @@
 """Ready names for TRL's preference and RL trainers: `TurboDPOTrainer` / `TurboDPOConfig` and
-`TurboGRPOTrainer` / `TurboGRPOConfig`.
+`TurboGRPOTrainer` / `TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig`.
 
     from turbotrain import TurboDPOConfig, TurboDPOTrainer  # was: from trl import DPOConfig, DPOTrainer
 
-They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's), made once; what turbotrain changes
+They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's, RLOO's), made once; what turbotrain changes
 for each trainer is in passes/fused_head_calls.py (DPO's and GRPO's per-row weighted log-probs, GRPO's with its
-sampling temperature; their reference models' calls: passes/label_sparsity/reference_calls.py; GRPO's
+sampling temperature, RLOO's as GRPO's; their reference models' calls: passes/label_sparsity/reference_calls.py; GRPO's
 generation stays TRL's)
 and the run's summary line (where a trainer's calls are not answered, it says why: trl_boundary.py). Other
 TRL trainers get the same with `turbo(...)`. TRL is the `llm` extra: importing this module without it raises an ImportError naming `pip install 'turbotrain[llm]'`.
@@ -17,10 +17,14 @@ from turbotrain.args import turbo_arguments
 from turbotrain.trainer import turbo
 from turbotrain.utils.imports import require
 
-require("trl", "TurboDPOTrainer, TurboDPOConfig, TurboGRPOTrainer and TurboGRPOConfig")
-from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer  # noqa: E402 - after the extra's clear error
+require(
+    "trl", "TurboDPOTrainer, TurboDPOConfig, TurboGRPOTrainer, TurboGRPOConfig, TurboRLOOTrainer and TurboRLOOConfig"
+)
+from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer  # noqa: E402 - after the extra's error
 
 TurboDPOConfig = turbo_arguments(DPOConfig)
 TurboDPOTrainer = turbo(DPOTrainer)
 TurboGRPOConfig = turbo_arguments(GRPOConfig)
 TurboGRPOTrainer = turbo(GRPOTrainer)
+TurboRLOOConfig = turbo_arguments(RLOOConfig)
+TurboRLOOTrainer = turbo(RLOOTrainer)

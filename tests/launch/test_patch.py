@@ -80,9 +80,10 @@ def test_trl_names_become_turbotrain_s_and_trl_keeps_its_own_classes(patched):
     assert Trainer in SFTTrainer.__mro__ and TurboMixin not in SFTTrainer.__mro__, "TRL was imported before the patch"
     assert "turbo_padding_free" in {f.name for f in __import__("dataclasses").fields(trl.SFTConfig)}
     assert issubclass(trl.DPOTrainer, TurboMixin) and issubclass(trl.DPOConfig, trl.trainer.dpo_config.DPOConfig)
-    from turbotrain import TurboDPOTrainer, TurboGRPOTrainer
+    from turbotrain import TurboDPOTrainer, TurboGRPOTrainer, TurboRLOOConfig, TurboRLOOTrainer
 
     assert trl.DPOTrainer is TurboDPOTrainer and trl.trainer.GRPOTrainer is TurboGRPOTrainer
+    assert trl.RLOOTrainer is TurboRLOOTrainer and trl.trainer.RLOOConfig is TurboRLOOConfig
     assert (
         issubclass(trl.GRPOConfig, trl.trainer.grpo_config.GRPOConfig)
         and "backend" in trl.GRPOConfig.__dataclass_fields__

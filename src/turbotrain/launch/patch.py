@@ -3,7 +3,7 @@
 `install(defaults)` sets, for the rest of the process,
 
     transformers.Trainer / TrainingArguments / Seq2SeqTrainer / Seq2SeqTrainingArguments
-    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / GRPOTrainer / GRPOConfig   (when TRL is installed)
+    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / GRPOTrainer / GRPOConfig / RLOOTrainer / RLOOConfig   (when TRL is installed)
 
 to `turbo(X)` and `turbo_arguments(X)` (the ready names' classes: `transformers.Trainer is TurboTrainer`),
 in the packages scripts import them from: `transformers` (a `_LazyModule`: an attribute set on it wins
@@ -58,6 +58,8 @@ TRL_CLASSES = {  # the TRL trainers turbotrain is tested with (tests/llm/test_tr
     "DPOConfig": "trl.trainer.dpo_config",
     "GRPOTrainer": "trl.trainer.grpo_trainer",
     "GRPOConfig": "trl.trainer.grpo_config",
+    "RLOOTrainer": "trl.trainer.rloo_trainer",
+    "RLOOConfig": "trl.trainer.rloo_config",
 }
 
 
