@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.llm.helpers import decoder, prompt_completion_rows, record_op_calls, tokenizer
+from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, record_op_calls, tokenizer
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import TurboGRPOConfig, TurboGRPOTrainer
 
@@ -45,8 +45,8 @@ def saved_decoder(tmp_path):
     return model
 
 
-def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, **config):
-    """(trainer, logged entries) of GRPOTrainer or TurboGRPOTrainer for `steps` steps."""
+def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, peft_config=None, **config):
+    """(trainer, logged entries) of GRPOTrainer or TurboGRPOTrainer for `steps` steps (LoRA with `peft_config`)."""
     from trl import GRPOConfig, GRPOTrainer
 
     trainer_class, config_class = (TurboGRPOTrainer, TurboGRPOConfig) if with_turbo else (GRPOTrainer, GRPOConfig)
@@ -59,6 +59,7 @@ def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, **config):
         args=args,
         train_dataset=rows,
         processing_class=tokenizer(),
+        peft_config=peft_config,
     )
     trainer.train()
     return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
@@ -92,6 +93,29 @@ def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a
         torch.testing.assert_close(parameter, stock_parameters[name], rtol=1e-5, atol=1e-7, msg=name)
     moved = decoder().state_dict()
     assert any(not torch.equal(p, moved[n]) for n, p in trainer.model.named_parameters()), "nothing trained"
+
+
+def test_lora_grpo_answers_the_policy_and_its_adapters_off_reference_and_equals_stock(tmp_path, op_calls):
+    """With LoRA the reference model is the policy with its adapters off (TRL: no separate `ref_model`): the
+    policy's own pass answers both, the frozen head's op computing dh in its forward."""
+    stock_trainer, stock = grpo_run(tmp_path, False, peft_config=lora_config())
+    assert not op_calls
+    trainer, fast = grpo_run(tmp_path, True, peft_config=lora_config())
+    assert trainer.turbo_reference is None and trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
+    inv_t = 1 / TEMPERATURE
+    # the trained call each step; at each generation four no-gradient calls for the old log-probs and four for
+    # the adapters-off reference, all through the policy's own pass, whose fused head TRL set up with the
+    # entropy: the reference's calls ask for it too (TRL's kernel computes it for them as well)
+    expected = {(True, True, inv_t): 3, (False, True, inv_t): 8}
+    assert Counter(op_calls) == expected, dict(Counter(op_calls))
+    for metric in METRICS:
+        assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
+    assert stock[-1]["kl"] > 0
+    stock_adapters = {n: p for n, p in stock_trainer.model.named_parameters() if p.requires_grad}
+    adapters = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert adapters.keys() == stock_adapters.keys() and any("lora_" in name for name in adapters)
+    for name, parameter in adapters.items():
+        torch.testing.assert_close(parameter, stock_adapters[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_grpo_with_an_entropy_bonus_steps_aside_with_the_stock_numbers_and_says_why(tmp_path, op_calls):
