@@ -21,10 +21,12 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   its KL enters the reward, from log-probs taken without gradient); the entropy is a metric in both. They step
   aside (`rl_refusal`, said in the summary) for another TRL release, an entropy bonus (GRPO's `entropy_coef`,
   `use_adaptive_entropy`: its gradient flows through the entropy, which the chunked op returns without one),
-  `cast_lm_head_to_fp32` (GRPO: TRL replaces the head's forward) and Liger.
+  `cast_lm_head_to_fp32` (GRPO: TRL replaces the head's forward) and Liger. "per_row" too for `KTOTrainer`
+  (`KTO_RELEASES`; `kto_refusal`: another release, Liger): DPO's calls and outputs, each sequence's summed
+  log-probs weighted by its own factor (the KL pairs' and the reference's calls under `no_grad`).
   `unanswered_token_scores(trainer)`: why label sparsity has nothing to act on in a TRL trainer whose calls
-  are not answered (KTO, ORPO; DPO with WPO or Liger; GRPO and RLOO as above), for the summary to say so.
-  `separate_reference_model(trainer)`: the `ref_model` of DPOTrainer, GRPOTrainer or RLOOTrainer where
+  are not answered (ORPO; DPO with WPO or Liger; KTO, GRPO and RLOO as above), for the summary to say so.
+  `separate_reference_model(trainer)`: the `ref_model` of DPOTrainer, KTOTrainer, GRPOTrainer or RLOOTrainer where
   turbotrain may answer its calls too.
   `FUSED_LM_HEAD` is that call's flag, `fused_output_class()` the output TRL reads (`trl.trainer.utils.FusedCausalLMOutput`, or the same fields on a plain `ModelOutput` where a
   TRL release has no such class).
@@ -59,6 +61,8 @@ FUSED_LM_HEAD = "fused_lm_head"
 # TRL releases whose GRPOTrainer's and RLOOTrainer's fused calls were checked (tests/llm/test_trl_grpo.py, _rloo.py)
 RL_RELEASES = ("1.16.",)
 SAMPLING_RL_TRAINERS = ("GRPOTrainer", "RLOOTrainer")
+# TRL releases whose KTOTrainer's fused calls were checked (tests/llm/test_trl_more_trainers.py)
+KTO_RELEASES = ("1.16.",)
 TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")
 GRPO_GENERATION = "_generate"  # GRPOTrainer's method that samples a batch's completions (TRL 1.16)
 
@@ -139,6 +143,24 @@ def is_grpo_trainer(trainer) -> bool:
     return _is_instance_of(trainer, "GRPOTrainer")
 
 
+def is_kto_trainer(trainer) -> bool:
+    """`trainer` (an instance or a class) is TRL's KTOTrainer or derives from it."""
+    return _is_instance_of(trainer, "KTOTrainer")
+
+
+def kto_refusal(trainer) -> str | None:
+    """Why turbotrain does not answer this KTOTrainer's fused calls, or None. TRL 1.16's KTOTrainer makes DPO's
+    calls (log-probs, entropy and mean logits of the completion tokens; the reference's and the KL pairs' log-probs
+    under `no_grad`) and weights each sequence's summed log-probs by its own factor."""
+    import trl
+
+    if not trl.__version__.startswith(KTO_RELEASES):
+        return f"TRL {trl.__version__} is not a release turbotrain checked KTOTrainer's calls against (1.16)"
+    if getattr(trainer.args, "use_liger_kernel", False):
+        return "Liger's kernels are on"
+    return None
+
+
 def is_sampling_rl_trainer(trainer) -> bool:
     """`trainer` (an instance or a class) samples completions and scores their tokens with TRL's fused head at its
     sampling temperature: GRPOTrainer or RLOOTrainer (or a class derived from one)."""
@@ -192,6 +214,8 @@ def fused_call_weighting(trainer) -> str | None:
         return "per_row"
     if is_sampling_rl_trainer(trainer) and rl_refusal(trainer) is None:
         return "per_row"
+    if is_kto_trainer(trainer) and kto_refusal(trainer) is None:
+        return "per_row"
     return None
 
 
@@ -210,6 +234,7 @@ def unanswered_token_scores(trainer) -> str | None:
     if name is None or is_sft_trainer(trainer) or fused_call_weighting(trainer) is not None:
         return None
     why = rl_refusal(trainer) if is_sampling_rl_trainer(trainer) else None
+    why = kto_refusal(trainer) if is_kto_trainer(trainer) else why
     return (
         f"TRL's {name} scores its tokens itself (its fused LM head or its own log-softmax), which turbotrain does "
         f"not answer for this trainer{f' ({why})' if why else ''}: TRL's computation runs"
@@ -217,11 +242,11 @@ def unanswered_token_scores(trainer) -> str | None:
 
 
 def separate_reference_model(trainer) -> torch.nn.Module | None:
-    """DPOTrainer's, GRPOTrainer's or RLOOTrainer's own reference model (`ref_model`, full fine-tuning), where it
-    is a plain module: None for a LoRA run (the reference is the policy with its adapters off), a DeepSpeed or
+    """The own reference model (`ref_model`, full fine-tuning) of DPOTrainer, KTOTrainer, GRPOTrainer or RLOOTrainer,
+    where it is a plain module: None for a LoRA run (the reference is the policy with its adapters off), a DeepSpeed or
     FSDP run, and other trainers."""
     reference = getattr(trainer, "ref_model", None)
-    known = is_dpo_trainer(trainer) or is_sampling_rl_trainer(trainer)
+    known = is_dpo_trainer(trainer) or is_kto_trainer(trainer) or is_sampling_rl_trainer(trainer)
     if not known or not isinstance(reference, torch.nn.Module):
         return None
     if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):

@@ -22,6 +22,7 @@ it: `trl_boundary.py: fused_call_weighting`):
 * `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
   per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_ce/logprobs.py, whose backward
   recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`;
+  `turbo(KTOTrainer)` the same (DPO's calls and outputs, TRL 1.16, without Liger: trl_boundary.kto_refusal);
   `turbo(GRPOTrainer)` and `turbo(RLOOTrainer)` the same (TRL 1.16, without an entropy bonus,
   `cast_lm_head_to_fp32` or Liger: trl_boundary.rl_refusal): their fused head divides the logits by the
   sampling temperature, which the op applies as TRL's kernel does (`ChunkedHead.temperature`, set by the
@@ -30,11 +31,11 @@ it: `trl_boundary.py: fused_call_weighting`):
   each token by its own factor, RLOO each sequence's summed log-probs by one (its KL enters the reward).
 Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
 scores every position. A temperature other than 1 with the `EQUAL` op steps aside. The separate reference
-model of DPOTrainer, GRPOTrainer and RLOOTrainer gets the same answer (passes/label_sparsity/reference_calls.py:
+model of DPOTrainer, KTOTrainer, GRPOTrainer and RLOOTrainer gets the same answer (passes/label_sparsity/reference_calls.py:
 no gradient, log-probs only, as TRL's reference head returns).
 Stepped aside (TRL's own forward runs, one log line; a trainer whose weighting is unknown gets no label
-sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO: not
-yet verified; GRPO and RLOO as above; `loss_type="dft"`; a model given `optimize()` and handed to TRL), chunked
+sparsity at all, and the summary says why: trl_boundary.unanswered_token_scores): every other caller (KTO, GRPO
+and RLOO as above; `loss_type="dft"`; a model given `optimize()` and handed to TRL), chunked
 cross-entropy set to "never", MoE router losses (`output_router_logits`), pre-shifted labels.
 """
 
