@@ -36,7 +36,7 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
   tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
   private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py): the one place
   turbotrain touches a private TRL name.
-* `sft_classes(feature)`, `dpo_classes(feature)`, `grpo_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`
+* `sft_classes(feature)`, `dpo_classes(feature)`, `kto_classes(feature)`, `grpo_classes(feature)`: TRL's `SFTConfig` and `SFTTrainer`
   (`DPOConfig`, `DPOTrainer`; `GRPOConfig`, `GRPOTrainer`), or an ImportError naming the extra.
 * `note_grpo_generations(trainer, noted)`: the benchmark's clock on a GRPOTrainer's generation (tokenizing the
   prompts, sampling, decoding: TRL's `_generate`, `GRPO_GENERATION`, pinned by tests/test_trl_boundary.py), so
@@ -81,6 +81,14 @@ def dpo_classes(feature: str) -> tuple[type, type]:
     from trl import DPOConfig, DPOTrainer
 
     return DPOConfig, DPOTrainer
+
+
+def kto_classes(feature: str) -> tuple[type, type]:
+    """(KTOConfig, KTOTrainer); ImportError naming `pip install 'turbotrain[llm]'` without TRL."""
+    require("trl", feature)
+    from trl import KTOConfig, KTOTrainer
+
+    return KTOConfig, KTOTrainer
 
 
 def grpo_classes(feature: str) -> tuple[type, type]:
