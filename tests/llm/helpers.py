@@ -78,3 +78,73 @@ def record_op_calls(monkeypatch, note) -> list:
 
     monkeypatch.setattr(logprobs.LinearLogProbs, "apply", noted)
     return calls
+
+
+# GRPO and RLOO: sampled completions scored at a temperature != 1, a reference model (beta > 0). sgd: the
+# parameters after the steps differ from stock's by lr x the gradients' float error, which Adam would magnify
+# for parameters whose gradient is ~0 (its update is g / sqrt(v), whatever the size of g)
+SAMPLING_TEMPERATURE = 0.7
+SAMPLING_CONFIG = dict(
+    num_generations=4,
+    max_completion_length=8,
+    generation_batch_size=8,
+    temperature=SAMPLING_TEMPERATURE,
+    beta=0.1,
+    optim="sgd",
+    learning_rate=0.5,
+    bf16=False,
+)
+
+
+def reward_length(completions, **kwargs):
+    return [float(len(completion.split())) for completion in completions]
+
+
+def saved_decoder(tmp_path):
+    """The policy, saved where GRPOTrainer and RLOOTrainer build their reference model from (its name_or_path)."""
+    model = decoder()
+    path = tmp_path / "initial"
+    model.save_pretrained(path)
+    model.config.name_or_path = str(path)
+    return model
+
+
+def sampling_run(tmp_path, trainer_class, config_class, steps: int = 3, peft_config=None, **config):
+    """(trainer, logged entries) of a GRPO-like `trainer_class` trained `steps` steps on prompts only, rewarded by
+    their completions' length (LoRA with `peft_config`)."""
+    from tests.trainer_helpers import COMMON
+
+    settings = {**COMMON, **SAMPLING_CONFIG, "max_steps": steps, **config}
+    side = "turbo" if getattr(trainer_class, "turbo_report", False) is not False else "stock"
+    args = config_class(output_dir=str(tmp_path / side), use_cpu=True, **settings)
+    trainer = trainer_class(
+        model=saved_decoder(tmp_path),
+        reward_funcs=reward_length,
+        args=args,
+        train_dataset=prompt_completion_rows(16).remove_columns("completion"),
+        processing_class=tokenizer(),
+        peft_config=peft_config,
+    )
+    trainer.train()
+    return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+def record_sampling_op_calls(monkeypatch) -> list:
+    """(hidden needs a gradient, statistics wanted, 1 / temperature) of each run of the per-row op."""
+    return record_op_calls(monkeypatch, lambda args: (args[0].requires_grad, args[6], args[7]))
+
+
+def assert_every_sampling_call_answered(trainer, op_calls: list) -> None:
+    """A 3-step `sampling_run` of GRPO or RLOO with a separate reference model: each step the policy's call
+    (gradient, statistics); each generation (steps 1 and 3: 8 completions scored in batches of 4) two calls of
+    the reference (log-probs only) and two of the policy without gradient (the old log-probs); all with the
+    sampling temperature, and the summary lists the passes that answered them."""
+    from collections import Counter
+
+    assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
+    assert trainer.turbo_reference is not None, "the reference model's calls are not answered"
+    inv_t = 1 / SAMPLING_TEMPERATURE
+    expected = {(True, True, inv_t): 3, (False, False, inv_t): 4, (False, True, inv_t): 4}
+    assert Counter(op_calls) == expected, dict(Counter(op_calls))
+    active = trainer.turbo_summary().partition("not active")[0]
+    assert "label_sparsity" in active and "chunked_cross_entropy" in active

@@ -11,80 +11,40 @@ from collections import Counter
 import pytest
 import torch
 
-from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, record_op_calls, tokenizer
-from tests.trainer_helpers import COMMON, assert_losses_close
+from tests.llm.helpers import (
+    SAMPLING_TEMPERATURE,
+    assert_every_sampling_call_answered,
+    decoder,
+    lora_config,
+    record_sampling_op_calls,
+    sampling_run,
+)
+from tests.trainer_helpers import assert_losses_close
 from turbotrain import TurboGRPOConfig, TurboGRPOTrainer
 
 pytestmark = pytest.mark.requires_llm
-TEMPERATURE = 0.7
-# sgd: the parameters after the steps differ from stock's by lr x the gradients' float error, which Adam would
-# magnify for parameters whose gradient is ~0 (its update is g / sqrt(v), whatever the size of g)
-CONFIG = dict(
-    num_generations=4,
-    max_completion_length=8,
-    generation_batch_size=8,
-    temperature=TEMPERATURE,
-    beta=0.1,
-    optim="sgd",
-    learning_rate=0.5,
-    bf16=False,
-)
+
 METRICS = ("loss", "kl", "entropy")
-
-
-def reward_length(completions, **kwargs):
-    return [float(len(completion.split())) for completion in completions]
-
-
-def saved_decoder(tmp_path):
-    """The policy, saved where GRPOTrainer builds its reference model from (`config._name_or_path`)."""
-    model = decoder()
-    path = tmp_path / "initial"
-    model.save_pretrained(path)
-    model.config._name_or_path = str(path)
-    return model
 
 
 def grpo_run(tmp_path, with_turbo: bool, steps: int = 3, peft_config=None, **config):
     """(trainer, logged entries) of GRPOTrainer or TurboGRPOTrainer for `steps` steps (LoRA with `peft_config`)."""
     from trl import GRPOConfig, GRPOTrainer
 
-    trainer_class, config_class = (TurboGRPOTrainer, TurboGRPOConfig) if with_turbo else (GRPOTrainer, GRPOConfig)
-    settings = {**COMMON, **CONFIG, "max_steps": steps, **config}
-    args = config_class(output_dir=str(tmp_path / str(with_turbo)), use_cpu=True, **settings)
-    rows = prompt_completion_rows(16).remove_columns("completion")
-    trainer = trainer_class(
-        model=saved_decoder(tmp_path),
-        reward_funcs=reward_length,
-        args=args,
-        train_dataset=rows,
-        processing_class=tokenizer(),
-        peft_config=peft_config,
-    )
-    trainer.train()
-    return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
+    classes = (TurboGRPOTrainer, TurboGRPOConfig) if with_turbo else (GRPOTrainer, GRPOConfig)
+    return sampling_run(tmp_path, *classes, steps=steps, peft_config=peft_config, **config)
 
 
 @pytest.fixture
 def op_calls(monkeypatch):
-    """(hidden needs a gradient, statistics wanted, 1 / temperature) of each run of the per-row op."""
-    return record_op_calls(monkeypatch, lambda args: (args[0].requires_grad, args[6], args[7]))
+    return record_sampling_op_calls(monkeypatch)
 
 
 def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a_reference(tmp_path, op_calls):
     stock_trainer, stock = grpo_run(tmp_path, False)
     assert not op_calls
     trainer, fast = grpo_run(tmp_path, True)
-    assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
-    assert trainer.turbo_reference is not None, "the reference model's calls are not answered"
-    # each step: the policy's call (gradient, statistics); each generation (steps 1 and 3: 8 completions scored
-    # in batches of 4) two calls of the reference (log-probs only) and two of the policy without gradient (the
-    # old log-probs, as a generation serves 2 steps); all with TRL's temperature
-    inv_t = 1 / TEMPERATURE
-    expected = {(True, True, inv_t): 3, (False, False, inv_t): 4, (False, True, inv_t): 4}
-    assert Counter(op_calls) == expected, op_calls
-    active = trainer.turbo_summary().partition("not active")[0]
-    assert "label_sparsity" in active and "chunked_cross_entropy" in active
+    assert_every_sampling_call_answered(trainer, op_calls)
     for metric in METRICS:
         assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
     assert stock[-1]["kl"] > 0  # the reference model's term is in the loss
@@ -102,7 +62,7 @@ def test_lora_grpo_answers_the_policy_and_its_adapters_off_reference_and_equals_
     assert not op_calls
     trainer, fast = grpo_run(tmp_path, True, peft_config=lora_config())
     assert trainer.turbo_reference is None and trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
-    inv_t = 1 / TEMPERATURE
+    inv_t = 1 / SAMPLING_TEMPERATURE
     # the trained call each step; at each generation four no-gradient calls for the old log-probs and four for
     # the adapters-off reference, all through the policy's own pass, whose fused head TRL set up with the
     # entropy: the reference's calls ask for it too (TRL's kernel computes it for them as well)

@@ -119,13 +119,7 @@ class Dpo(TrainerWorkload):
             gradient_checkpointing=False,
             precompute_ref_log_probs=False,
         )
-        trainer = trainer_class(
-            model=self.fresh(model),
-            ref_model=None if self.lora else self.fresh(model),  # LoRA: the reference is the adapters off
-            args=args,
-            train_dataset=data.pairs,
-            processing_class=data.tokenizer,
-        )
+        trainer = self.preference_trainer(trainer_class, args, model, data)
         if peer == "trl-padding-free" and not getattr(trainer, "padding_free", False):
             raise RuntimeError(
                 "the 'trl-padding-free' peer: this TRL release turned DPOConfig(padding_free=True) off in "
@@ -133,6 +127,17 @@ class Dpo(TrainerWorkload):
             )
         trainer.data_collator = counter.wrap(trainer.data_collator)  # TRL's own collator, counted
         return TrainerPeer(trainer, counter)
+
+    def preference_trainer(self, trainer_class: type, args, model, data: DpoData):
+        """`trainer_class` on a fresh copy of `model` and `data`, with a separate reference model (a fresh copy
+        too) unless LoRA, whose reference is the policy with its adapters off."""
+        return trainer_class(
+            model=self.fresh(model),
+            ref_model=None if self.lora else self.fresh(model),
+            args=args,
+            train_dataset=data.pairs,
+            processing_class=data.tokenizer,
+        )
 
     def title(self) -> str:
         config = self.config()

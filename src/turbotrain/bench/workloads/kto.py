@@ -61,13 +61,7 @@ class Kto(Dpo):
         args = config_class(
             **self.common_arguments(output_dir), **options, beta=BETA, max_length=None, gradient_checkpointing=False
         )
-        trainer = trainer_class(
-            model=self.fresh(model),
-            ref_model=None if self.lora else self.fresh(model),  # LoRA: the reference is the adapters off
-            args=args,
-            train_dataset=data.pairs,
-            processing_class=data.tokenizer,
-        )
+        trainer = self.preference_trainer(trainer_class, args, model, data)
         trainer.data_collator = counter.wrap(trainer.data_collator)  # TRL's own collator, counted
         return TrainerPeer(trainer, counter)
 
