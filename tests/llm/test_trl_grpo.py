@@ -68,8 +68,12 @@ def test_lora_grpo_answers_the_policy_and_its_adapters_off_reference_and_equals_
     # entropy: the reference's calls ask for it too (TRL's kernel computes it for them as well)
     expected = {(True, True, inv_t): 3, (False, True, inv_t): 8}
     assert Counter(op_calls) == expected, dict(Counter(op_calls))
+    # with LoRA (B starts at zero) the policy stays near its adapters-off reference: kl and the loss are ~1e-5,
+    # differences of log-probs of size ~ln(vocabulary) whose float-order error is absolute (~4e-9 seen on one
+    # thread per process): 1e-5 relative, with a 2e-8 absolute floor
     for metric in METRICS:
-        assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
+        got, expected = ([e[metric] for e in run] for run in (fast, stock))
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=2e-8, msg=metric)
     assert stock[-1]["kl"] > 0
     stock_adapters = {n: p for n, p in stock_trainer.model.named_parameters() if p.requires_grad}
     adapters = {n: p for n, p in trainer.model.named_parameters() if p.requires_grad}
