@@ -5,7 +5,9 @@ test that expects one does not depend on which tests ran before it; and a test m
 The README's test command runs the suite on pytest-xdist workers (`-n 2`): each worker then takes its share of
 the cores for torch's intra-op threads (and its subprocesses, through OMP_NUM_THREADS), so two workers never
 oversubscribe two cores, and keeps turbotrain's cache (`TURBOTRAIN_CACHE`) in a folder of its own, so no test
-reads what another worker's test measured or what a user's runs left in `~/.cache/turbotrain`."""
+reads what another worker's test measured or what a user's runs left in `~/.cache/turbotrain`. The modules that
+take longest (`SLOWEST_FIRST`) are collected first: xdist's `--dist loadfile` hands out whole modules in the
+order collected, and one of them started last would leave the other worker idle until it ends."""
 
 from __future__ import annotations
 
@@ -39,7 +41,33 @@ def pytest_configure(config):
         config.addinivalue_line("markers", f"{requires.PREFIX}{name}: skipped without {install}")
 
 
+# the modules of the README run's 20 slowest tests (its --durations), slowest first (tests/test_conftest.py
+# checks each exists)
+SLOWEST_FIRST = (
+    "tests/backends/xla/test_pod.py",
+    "tests/test_compile_unet.py",
+    "tests/backends/test_inductor.py",
+    "tests/backends/test_onnxruntime.py",
+    "tests/scripts/test_gpu_check.py",
+    "tests/backends/test_ort_binding.py",
+    "tests/backends/xla/test_training.py",
+    "tests/backends/test_onnxruntime_seq2seq.py",
+    "tests/launch/test_launchers.py",
+    "tests/ondevice/test_faults.py",
+    "tests/scale/test_data_parallel.py",
+    "tests/scale/test_sharded.py",
+)
+
+
+def slowest_first(items: list) -> None:
+    """`items` reordered in place: SLOWEST_FIRST's modules first, in its order; the rest as collected (a stable
+    sort, so a module's tests keep their order)."""
+    rank = {path: index for index, path in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 def pytest_collection_modifyitems(config, items):
+    slowest_first(items)
     for item in items:
         reasons = [requires.missing(m.name) for m in item.iter_markers() if m.name.startswith(requires.PREFIX)]
         missing = [reason for reason in reasons if reason is not None]
