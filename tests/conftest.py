@@ -68,6 +68,11 @@ def slowest_first(items: list) -> None:
 
 def pytest_collection_modifyitems(config, items):
     slowest_first(items)
+    skip_missing_requirements(items)
+
+
+def skip_missing_requirements(items: list) -> None:
+    """Each test marked `requires_<extra>` whose dependency is missing gets a skip naming the install line."""
     for item in items:
         reasons = [requires.missing(m.name) for m in item.iter_markers() if m.name.startswith(requires.PREFIX)]
         missing = [reason for reason in reasons if reason is not None]

@@ -23,10 +23,10 @@ def test_a_marked_test_is_skipped_naming_the_install_line(monkeypatch):
         iter_markers=lambda: [pytest.mark.requires_onnx.mark, pytest.mark.slow.mark], add_marker=added.append
     )
     monkeypatch.setitem(requires.REQUIREMENTS, "onnx", (lambda: True, "pip install 'turbotrain[onnx]'"))
-    conftest.pytest_collection_modifyitems(None, [item])
+    conftest.skip_missing_requirements([item])
     assert added == []  # installed: runs
     monkeypatch.setitem(requires.REQUIREMENTS, "onnx", (lambda: False, "pip install 'turbotrain[onnx]'"))
-    conftest.pytest_collection_modifyitems(None, [item])
+    conftest.skip_missing_requirements([item])
     assert [(m.name, m.kwargs["reason"]) for m in added] == [("skip", "needs pip install 'turbotrain[onnx]'")]
 
 
