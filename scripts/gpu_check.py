@@ -115,6 +115,7 @@ def bench_rows(device: torch.device, quick: bool, deadline: Deadline) -> list[di
         if task not in built:
             model = build_model(task, quick)
             built[task] = (model, build_examples(task, quick, model))
+        print(f"bench: {task} / {peer} ({deadline.left():.0f} s of the budget left)", file=sys.stderr, flush=True)
         try:
             result = results[(task, peer)] = run_peer(task, peer, *built[task], device, quick)
         except Exception as error:  # one peer failing does not stop the table
@@ -149,14 +150,31 @@ def _cpu_peak() -> float:
     return matmul_peak(torch.float32, "cpu", size=256, repeats=2).flops_per_s
 
 
-def run(device: torch.device, quick: bool, sections: list[str], budget_s: float) -> tuple[str, bool]:
+class Report(list):
+    """The report's parts; each added part rewrites `out` so that a run cut off at its limit keeps what it measured."""
+
+    def __init__(self, out: Path | None):
+        super().__init__()
+        self.out = out
+
+    def append(self, part: str) -> None:
+        super().append(part)
+        print(part, flush=True)
+        if self.out is not None:
+            self.out.write_text("\n".join(self))
+
+
+def run(
+    device: torch.device, quick: bool, sections: list[str], budget_s: float, out: Path | None = None
+) -> tuple[str, bool]:
     from scripts import gpu_check_parity as parity
 
     deadline = Deadline(budget_s)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 parity in fp32, not TF32
     torch.backends.cudnn.allow_tf32 = False
     dtypes = (torch.float32, torch.bfloat16)
-    parts = [f"# turbotrain GPU check\n\n{environment(device)}; {'quick' if quick else 'full'} run\n"]
+    parts = Report(out)
+    parts.append(f"# turbotrain GPU check\n\n{environment(device)}; {'quick' if quick else 'full'} run\n")
     checked: list[dict] = []
     if "parity" in sections:
         rows = parity.pass_parity(device, dtypes)
@@ -194,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one timed step per peer (CI)")
     parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
     parser.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (default 450 on CUDA)")
-    parser.add_argument("--out", type=Path, default=None, help="also write the report here")
+    parser.add_argument("--out", type=Path, default=None, help="also write the report here (after each section)")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -206,9 +224,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
     budget = args.budget_s if args.budget_s is not None else (450.0 if device.type == "cuda" else 3600.0)
     start = time.monotonic()
-    report, ok = run(device, args.quick, sections, budget)
-    report += f"Wall time {time.monotonic() - start:.0f} s.\n"
-    print(report)
+    report, ok = run(device, args.quick, sections, budget, args.out)
+    wall = f"Wall time {time.monotonic() - start:.0f} s.\n"
+    report += wall
+    print(wall)
     if args.out is not None:
         args.out.write_text(report)
     return 0 if ok else 1

@@ -119,3 +119,25 @@ def test_the_sharded_section_judges_a_worker_result_and_steps_aside_on_the_cpu()
     assert judge({**result, "weight_difference": 1e-2})["result"] == "FAIL"
     assert judge({**result, "turbo": {**result["turbo"], "passes": ["label_sparsity"]}})["result"] == "FAIL"
     assert all("skipped on the CPU" in row["note"] for row in sharded_rows(torch.device("cpu")))
+
+
+def test_the_report_is_written_after_each_section(tmp_path, capsys):
+    from scripts.gpu_check import Report
+
+    out = tmp_path / "report.md"
+    report = Report(out)
+    report.append("# head\n")
+    assert out.read_text() == "# head\n"  # a run cut off at its time limit keeps what it measured
+    report.append("## parity\n")
+    assert out.read_text() == "# head\n\n## parity\n" and "## parity" in capsys.readouterr().out
+
+
+def test_zero3_steps_aside_where_deepspeed_is_not_installed(monkeypatch):
+    import importlib.util
+
+    from scripts import gpu_check_sharded
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "deepspeed" else real(name))
+    row = gpu_check_sharded._row("zero3", 1, timeout_s=1.0)
+    assert row["result"] == "skipped" and "extra: deepspeed" in row["note"]
