@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,6 +120,7 @@ def bench_rows(device: torch.device, quick: bool, deadline: Deadline) -> list[di
         try:
             result = results[(task, peer)] = run_peer(task, peer, *built[task], device, quick)
         except Exception as error:  # one peer failing does not stop the table
+            traceback.print_exc()  # the log says where
             rows.append({**row, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:240]}"})
             continue
         rows.append(_bench_row(row, result, results.get((task, "stock (sdpa)")), peak, loss_difference))

@@ -50,7 +50,10 @@ def _row(engine: str, processes: int, timeout_s: float) -> dict:
     except subprocess.TimeoutExpired:
         return {**row, "result": "ERROR", "note": f"timed out after {timeout_s:.0f} s"}
     if done.returncode != 0:
-        return {**row, "result": "ERROR", "note": done.stderr.strip().splitlines()[-1][:240] if done.stderr else ""}
+        from scripts.gpu_check_parity import last_error_line
+
+        sys.stderr.write(f"--- {engine} worker's stderr (end) ---\n{done.stderr[-6000:]}\n")
+        return {**row, "result": "ERROR", "note": last_error_line(done.stderr)}
     result = json.loads((out / "result.json").read_text())
     return {**row, **judge(result)}
 

@@ -17,7 +17,10 @@ device ("jax") with a device module whose `is_available()` is True, but register
 `DataLoader(pin_memory=True)` (Trainer's default) raises "Please register PrivateUse1HooksInterface".
 When pinning a tensor fails that way after the import, the "jax" device module reports itself
 unavailable; torch then treats the process as accelerator-less again, as it is (the jax arrays
-torchax computes on are not reached through torch's device registry).
+torchax computes on are not reached through torch's device registry). On a CUDA machine torch 2.11 picks
+the registered PrivateUse1 device over CUDA as "the" accelerator, so the same failure reaches stock code
+there too (every later Trainer in the process, seen on an H200): the check runs there as well, and the
+DataLoader then skips pinning (a cost of the xla backend beside CUDA, not of a CUDA run without it).
 
 A third repair, for bf16 autocast (`bf16=True`): torchax 0.0.13's PROMOTE policy (`aten.cat`, `stack`,
 `index_copy`) reads `.dtype` from every positional argument, so a list of tensors (`torch.cat([a, b])`,
@@ -129,7 +132,7 @@ def _repair_promote_policy(amp) -> None:
 
 def pinning_broken() -> bool:
     """True when pinning host memory fails because a PrivateUse1 device has no hooks registered."""
-    if not torch.accelerator.is_available() or torch.cuda.is_available():
+    if not torch.accelerator.is_available():
         return False
     try:
         torch.empty(1).pin_memory()
