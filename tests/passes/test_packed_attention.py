@@ -312,3 +312,38 @@ def test_compiled_packed_training_stops_recompiling_and_matches_eager():
         assert_same(loss_and_grads(model, packed), loss_and_grads(compiled, packed), rtol=1e-5, atol=1e-6)
         graphs.append(counters["stats"]["unique_graphs"])
     assert graphs[-1] == graphs[-3], graphs  # the last batches compile nothing new
+
+
+def test_grouped_keys_repeat_kv_heads_for_a_varlen_kernel_without_enable_gqa():
+    from turbotrain.passes.padding_free.packed_attention import grouped_keys
+
+    def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):  # torch 2.11's
+        raise AssertionError("not called")
+
+    def kernel_2_13(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
+        raise AssertionError("not called")
+
+    q, k, v = torch.randn(7, 6, 4), torch.randn(7, 2, 4), torch.randn(7, 2, 4)  # 6 query heads over 2 KV heads
+    same_k, same_v, keywords = grouped_keys(kernel_2_13, q, k, v)
+    assert same_k is k and same_v is v and keywords == {"enable_gqa": True}
+    wide_k, wide_v, keywords = grouped_keys(kernel_2_11, q, k, v)
+    assert keywords == {} and wide_k.shape == (7, 6, 4) and wide_v.shape == (7, 6, 4)
+    # query head h reads KV head h // 3, as SDPA's enable_gqa does
+    assert torch.equal(wide_k[:, 4], k[:, 1]) and torch.equal(wide_v[:, 2], v[:, 0])
+    assert grouped_keys(kernel_2_11, q, q, q)[2] == {}  # no GQA: nothing repeated, no keyword
+
+
+def test_per_length_output_takes_the_attentions_dtype_under_autocast():
+    # on CUDA under bf16 autocast, rotary embeddings leave fp32 queries while SDPA returns bf16 (seen on an H200)
+    from turbotrain.passes.padding_free.packed_attention import _per_length
+    from turbotrain.passes.padding_free.packed_sequences import PackedSequences
+
+    query = torch.randn(1, 2, 5, 4)  # [R, H, C, D], fp32: one row, two sequences (3 and 2 tokens)
+    sequences = PackedSequences(torch.arange(5), ((1, 3), (1, 2)))
+
+    def stock(module, q, k, v, mask, **kwargs):  # the model's attention, answering in bf16
+        return q.transpose(1, 2).to(torch.bfloat16), None
+
+    out = _per_length(stock, "sdpa", None, query, query, query, sequences, True, {})
+    assert out.dtype == torch.bfloat16 and out.shape == (5, 2, 4)
+    assert torch.equal(out, query[0].transpose(0, 1).to(torch.bfloat16))

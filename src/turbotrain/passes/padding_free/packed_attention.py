@@ -41,6 +41,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import importlib.util
+import inspect
 import logging
 import sys
 from functools import partial
@@ -139,8 +140,10 @@ def _per_length(stock, original, module, query, key, value, sequences: PackedSeq
         outputs.append(out.reshape(size, *out.shape[2:]))
         offset += size
     total = query.shape[0] * query.shape[2]
-    flat = query.new_zeros(total, query.shape[1], value.shape[-1])
-    return flat.index_copy(0, order, torch.cat(outputs)) if outputs else flat
+    if not outputs:
+        return query.new_zeros(total, query.shape[1], value.shape[-1])
+    attended = torch.cat(outputs)  # its dtype, not the query's: under autocast fp32 queries give bf16 outputs
+    return attended.new_zeros(total, *attended.shape[1:]).index_copy(0, order, attended)
 
 
 def _length_mask(length: int, causal: bool, window: int | None, eager: bool, like: torch.Tensor):
@@ -180,13 +183,30 @@ def _fused_varlen(query, key, value, causal: bool, kwargs: dict) -> torch.Tensor
         from torch.nn.attention.varlen import varlen_attn
 
         right = 0 if causal else left
-        gqa = k.shape[1] != q.shape[1]
-        return varlen_attn(q, k, v, cu, cu, longest, longest, scale=scale, window_size=(left, right), enable_gqa=gqa)
+        k, v, gqa = grouped_keys(varlen_attn, q, k, v)
+        return varlen_attn(q, k, v, cu, cu, longest, longest, scale=scale, window_size=(left, right), **gqa)
     except Exception as error:  # a kernel this GPU or build lacks: say so once, attend per length from now on
         _kernel_failed.add(kernel)
         warn_once(f"turbotrain: packed attention's {kernel} kernel failed ({type(error).__name__}: {error}); "
                   "attending per sequence length instead (exact, slower)")  # fmt: skip
         return None
+
+
+def grouped_keys(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """Keys and values [N, H_kv, D] for a varlen kernel, with its GQA keyword: `enable_gqa=True` where the
+    kernel takes it (torch 2.13); else (torch 2.11's `varlen_attn` has no such keyword) each KV head repeated
+    for its group of query heads, as SDPA's `enable_gqa` means: the same numbers, H / H_kv times the KV memory."""
+    groups = q.shape[1] // k.shape[1]
+    if groups == 1:
+        return k, v, {}
+    if _takes_keyword(kernel, "enable_gqa"):
+        return k, v, {"enable_gqa": True}
+    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1), {}
+
+
+@functools.cache
+def _takes_keyword(function, name: str) -> bool:
+    return name in inspect.signature(function).parameters
 
 
 def _varlen_kernel(query, value, kwargs: dict) -> str | None:
