@@ -314,23 +314,18 @@ def test_compiled_packed_training_stops_recompiling_and_matches_eager():
     assert graphs[-1] == graphs[-3], graphs  # the last batches compile nothing new
 
 
-def test_grouped_keys_repeat_kv_heads_for_a_varlen_kernel_without_enable_gqa():
-    from turbotrain.passes.padding_free.packed_attention import grouped_keys
+def test_gqa_calls_take_torchs_varlen_kernel_only_where_it_has_enable_gqa(monkeypatch):
+    import torch.nn.attention.varlen as varlen
+
+    from turbotrain.passes.padding_free import packed_attention
 
     def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):  # torch 2.11's
         raise AssertionError("not called")
 
-    def kernel_2_13(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
-        raise AssertionError("not called")
-
-    q, k, v = torch.randn(7, 6, 4), torch.randn(7, 2, 4), torch.randn(7, 2, 4)  # 6 query heads over 2 KV heads
-    same_k, same_v, keywords = grouped_keys(kernel_2_13, q, k, v)
-    assert same_k is k and same_v is v and keywords == {"enable_gqa": True}
-    wide_k, wide_v, keywords = grouped_keys(kernel_2_11, q, k, v)
-    assert keywords == {} and wide_k.shape == (7, 6, 4) and wide_v.shape == (7, 6, 4)
-    # query head h reads KV head h // 3, as SDPA's enable_gqa does
-    assert torch.equal(wide_k[:, 4], k[:, 1]) and torch.equal(wide_v[:, 2], v[:, 0])
-    assert grouped_keys(kernel_2_11, q, q, q)[2] == {}  # no GQA: nothing repeated, no keyword
+    assert packed_attention.torch_varlen_takes(6, 2)  # this torch's varlen_attn has enable_gqa
+    monkeypatch.setattr(varlen, "varlen_attn", kernel_2_11)
+    assert not packed_attention.torch_varlen_takes(6, 2)  # GQA: per length (measured faster than repeating KV)
+    assert packed_attention.torch_varlen_takes(6, 6)  # no GQA: the kernel
 
 
 def test_per_length_output_takes_the_attentions_dtype_under_autocast():

@@ -183,25 +183,13 @@ def _fused_varlen(query, key, value, causal: bool, kwargs: dict) -> torch.Tensor
         from torch.nn.attention.varlen import varlen_attn
 
         right = 0 if causal else left
-        k, v, gqa = grouped_keys(varlen_attn, q, k, v)
+        gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # _varlen_kernel checked it is taken
         return varlen_attn(q, k, v, cu, cu, longest, longest, scale=scale, window_size=(left, right), **gqa)
     except Exception as error:  # a kernel this GPU or build lacks: say so once, attend per length from now on
         _kernel_failed.add(kernel)
         warn_once(f"turbotrain: packed attention's {kernel} kernel failed ({type(error).__name__}: {error}); "
                   "attending per sequence length instead (exact, slower)")  # fmt: skip
         return None
-
-
-def grouped_keys(kernel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict]:
-    """Keys and values [N, H_kv, D] for a varlen kernel, with its GQA keyword: `enable_gqa=True` where the
-    kernel takes it (torch 2.13); else (torch 2.11's `varlen_attn` has no such keyword) each KV head repeated
-    for its group of query heads, as SDPA's `enable_gqa` means: the same numbers, H / H_kv times the KV memory."""
-    groups = q.shape[1] // k.shape[1]
-    if groups == 1:
-        return k, v, {}
-    if _takes_keyword(kernel, "enable_gqa"):
-        return k, v, {"enable_gqa": True}
-    return k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1), {}
 
 
 @functools.cache
@@ -219,8 +207,20 @@ def _varlen_kernel(query, value, kwargs: dict) -> str | None:
         return "flash_attn"
     plain = not kwargs.get("dropout") and kwargs.get("softcap") is None
     if plain and "torch" not in _kernel_failed and _installed("torch.nn.attention.varlen"):
-        return "torch"
+        return "torch" if torch_varlen_takes(query.shape[1], value.shape[1]) else None
     return None
+
+
+def torch_varlen_takes(query_heads: int, kv_heads: int) -> bool:
+    """Whether torch's `varlen_attn` takes a call with these head counts: GQA needs its `enable_gqa` keyword
+    (torch 2.13 has it; 2.11 has not). Without it a GQA call attends per length: on an H200 with torch 2.11,
+    KV heads repeated for varlen_attn made a Qwen2-layout SFT step 6x slower than per-length SDPA
+    (benchmarks/2026-12-04-h200.md), while models without GQA gained from the kernel (MLM 0.08x -> 1.65x)."""
+    if query_heads == kv_heads:
+        return True
+    from torch.nn.attention.varlen import varlen_attn
+
+    return _takes_keyword(varlen_attn, "enable_gqa")
 
 
 @functools.cache
