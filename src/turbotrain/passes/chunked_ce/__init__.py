@@ -55,7 +55,7 @@ from torch import nn
 from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.chunked_ce import cuda
-from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
+from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
 from turbotrain.passes.registry import PassSpec, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision
 from turbotrain.utils.warnings import warn_once
@@ -78,13 +78,7 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 
 def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype):
     """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None)."""
-    z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
-    if bias is not None:
-        z += bias.float()
-    tanh = None
-    if softcap:
-        tanh = torch.tanh(z / softcap)
-        z = tanh * softcap
+    z, tanh = head_logits(h, weight, bias, softcap)  # [C, V] fp32
     lse = torch.logsumexp(z, dim=1)  # [C]
     rows = torch.arange(z.shape[0], device=z.device)
     nll = lse - z[rows, target]

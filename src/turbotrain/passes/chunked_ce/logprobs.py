@@ -39,7 +39,7 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     return max(1, chunk_bytes // (4 * vocab))
 
 
-def _logits(h, weight, bias, softcap, inv_t=1.0):
+def head_logits(h, weight, bias, softcap, inv_t=1.0):
     """(z [C, V] fp32, tanh [C, V] or None): the head's logits for one chunk, soft-capped if asked, then times
     `inv_t` (1 / temperature) as TRL's kernel scales them."""
     z = (h @ weight.T).float()  # [C, H] x [H, V] -> [C, V]
@@ -82,7 +82,7 @@ class LinearLogProbs(torch.autograd.Function):
         dh = torch.empty_like(hidden) if need_h and not recompute else None
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
-            z, tanh = _logits(hidden[part], weight, bias, softcap, inv_t)
+            z, tanh = head_logits(hidden[part], weight, bias, softcap, inv_t)
             target = targets[part]
             lse[part] = torch.logsumexp(z, dim=1)
             nll[part] = lse[part] - z.gather(1, target[:, None]).squeeze(1)
@@ -135,7 +135,7 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     for start in range(0, rows, ctx.chunk_rows):
         part = slice(start, min(start + ctx.chunk_rows, rows))
         h = hidden[part]
-        z, tanh = _logits(h, weight, bias, ctx.softcap, ctx.inv_t)
+        z, tanh = head_logits(h, weight, bias, ctx.softcap, ctx.inv_t)
         dz = _unit_gradient(z, lse[part], targets[part], tanh, ctx.inv_t).mul_(grad_nll[part, None].float())
         if dh is not None:
             dh[part] = dz.to(weight.dtype) @ weight  # [C, V] x [V, H] -> [C, H]
