@@ -68,16 +68,17 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import bf16_emulation, checkpoints
+from turbotrain import bf16_emulation, checkpoints, modeling
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.hidden_callbacks import HiddenCallbacks
 from turbotrain.passes.fused_optimizer import resolve_optim_name
-from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
+from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls, same_model
 from turbotrain.passes.optimize import OptimizeReport, optimize
 from turbotrain.passes.padding_free.packing import PADDED_LABELS
+from turbotrain.passes.padding_free.scored_calls import pack_answered_calls
 from turbotrain.passes.registry import StepPlace, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
@@ -88,6 +89,7 @@ from turbotrain.trl_boundary import (
     counts_tokens_from_mask,
     fused_call_temperature,
     fused_call_weighting,
+    packs_scored_calls,
     separate_reference_model,
 )
 from turbotrain.utils.freed_memory import release_freed_memory
@@ -124,6 +126,7 @@ class TurboMixin(TrainerBoundary):
             self.model = self.model_wrapped = self._prepare_model(self.model)
             # DPOTrainer's separate reference model: its fused calls answered as the policy's (reference_calls.py)
             self.turbo_reference = answer_reference_calls(separate_reference_model(self), policy, self.turbo_report)
+            self._turbo_pack_scored_calls(policy)
             release_freed_memory()  # what the self-checks freed goes back to the system before training
         hidden = [*self.backend.callbacks(), SummaryCallback(self)]  # out of the public list: hidden_callbacks.py
         self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
@@ -131,6 +134,19 @@ class TurboMixin(TrainerBoundary):
             log_once(bf16_hint(), logging.WARNING)
         self.turbo_bf16_emulation = self._turbo_decide_emulation()
         quiet_cpu_pin_memory()
+
+    def _turbo_pack_scored_calls(self, policy: nn.Module) -> None:
+        """DPO's and KTO's scored calls packed inside each call (passes/padding_free/scored_calls.py) where
+        padding-free steps aside for their row-reading loss; the summary then names it instead of the refusal."""
+        reason = self.turbo_refused.get("padding_free")
+        if reason is None or not packs_scored_calls(self) or self.turbo_requested.padding_free is False:
+            return
+        if getattr(self.args, "neftune_noise_alpha", None) is not None:  # its noise is drawn per padded position
+            return
+        reference = self.turbo_reference
+        check_reference = reference is not None and not same_model(reference.model, modeling.unwrap(policy))
+        if pack_answered_calls(self.turbo_report, reference, check_reference) is None:
+            del self.turbo_refused["padding_free"]
 
     def _turbo_decide_emulation(self) -> bool:
         """Emulate bf16 matmuls in fp32 GEMMs (bf16_emulation.py)? Only a bf16 CPU run asks; one line logged."""

@@ -151,6 +151,13 @@ def is_grpo_trainer(trainer) -> bool:
     return _is_instance_of(trainer, "GRPOTrainer")
 
 
+def packs_scored_calls(trainer) -> bool:
+    """`trainer` makes its scored calls on rows flushed left (each row's tokens first, then its padding), which
+    padding-free may pack inside each call (passes/padding_free/scored_calls.py): TRL's DPOTrainer, and
+    KTOTrainer, which makes DPO's calls. GRPO and RLOO put left-padded prompts before their completions."""
+    return is_dpo_trainer(trainer) or is_kto_trainer(trainer)
+
+
 def is_kto_trainer(trainer) -> bool:
     """`trainer` (an instance or a class) is TRL's KTOTrainer or derives from it."""
     return _is_instance_of(trainer, "KTOTrainer")

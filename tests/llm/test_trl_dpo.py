@@ -62,17 +62,38 @@ def op_calls(monkeypatch):
     return record_op_calls(monkeypatch, lambda args: (args[0].shape[0], args[0].requires_grad, args[6]))
 
 
+@pytest.fixture
+def packed_calls(monkeypatch):
+    """Each scored call padding-free packed inside the model: its real token count (None: left padded)."""
+    from turbotrain.passes.padding_free import scored_calls
+
+    tokens = []
+    original = scored_calls.PackedScoredCalls.pack
+
+    def recorded(self, args, kwargs, rows):
+        packed = original(self, args, kwargs, rows)
+        tokens.append(None if packed is None else (packed[2], int(kwargs["attention_mask"].numel())))
+        return packed
+
+    monkeypatch.setattr(scored_calls.PackedScoredCalls, "pack", recorded)
+    return tokens
+
+
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])
-def test_dpo_golden_losses_and_metrics_through_the_chunked_head(tmp_path, op_calls, peft):
+def test_dpo_golden_losses_and_metrics_through_the_chunked_head(tmp_path, op_calls, packed_calls, peft):
     stock_trainer, stock = dpo_history(tmp_path, False, peft=peft)
-    assert not op_calls
+    assert not op_calls and not packed_calls
     trainer, fast = dpo_history(tmp_path, True, peft=peft)
+    # the policy's and the reference's calls (LoRA: the policy with its adapters off) packed: real tokens only
+    assert "padding_free (inside scored calls)" in trainer.turbo_summary().split("not active")[0]
+    assert len(packed_calls) == 6 and all(real < padded for real, padded in packed_calls), packed_calls
     assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
     assert op_calls, "the DPO step did not go through the chunked log-prob op"
     for metric in METRICS:
         assert_metric_close(metric, [e[metric] for e in fast], [e[metric] for e in stock])
     if not peft:  # the separate reference model's calls go through the op too, without gradient
         assert trainer.turbo_reference is not None and trainer.turbo_reference.fused_calls_in_eval
+        assert trainer.turbo_reference.call_packer is not None
         # one policy call (gradient, statistics) and one reference call (neither) per step
         graded = [(needs_grad, statistics) for _, needs_grad, statistics in op_calls]
         assert graded == [(True, True), (False, False)] * 3, graded
@@ -124,3 +145,11 @@ def test_the_policy_s_self_checks_stand_for_a_reference_of_its_class_and_configu
     uncached = decoder()
     uncached.config.use_cache = False  # GRPOTrainer's policy; its reference, loaded from the policy's path, caches
     assert same_model(uncached, policy)
+
+
+def test_dpo_with_gradient_checkpointing_packs_its_calls_and_stays_exact(tmp_path, packed_calls):
+    # the recomputation in the backward runs each layer on the packed row's keywords again
+    _, stock = dpo_history(tmp_path, False, gradient_checkpointing=True)
+    trainer, fast = dpo_history(tmp_path, True, gradient_checkpointing=True)
+    assert packed_calls and all(call is not None for call in packed_calls)
+    assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-5)

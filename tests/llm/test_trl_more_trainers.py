@@ -60,6 +60,7 @@ def test_kto_trainer_is_answered_by_the_per_row_op_and_gives_the_stock_losses_an
     def answered(trainer):
         active = trainer.turbo_summary().partition("not active")[0]
         assert "label_sparsity" in active and "chunked_cross_entropy" in active
+        assert "padding_free (inside scored calls)" in active  # DPO's calls, flushed left: packed inside each
         assert trainer.turbo_report.chunked_cross_entropy.fused_weighting == "per_row"
         assert trainer.turbo_reference is not None, "the reference model's calls are not answered"
 

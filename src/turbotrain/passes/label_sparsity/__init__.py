@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from torch import nn
@@ -129,6 +130,16 @@ def kept_rows(labels: torch.Tensor, causal: bool, padded_count: int) -> tuple[to
     return padded_rows, kept
 
 
+class ScoredCallPacker(Protocol):
+    """What label sparsity asks of a packer of its fused calls (padding_free/scored_calls.py; no import of it)."""
+
+    def pack(self, args: tuple, kwargs: dict, rows: torch.Tensor) -> tuple[dict, torch.Tensor, int] | None: ...
+
+    def finish(self) -> None: ...
+
+    def remove(self) -> None: ...
+
+
 # The rows each installed pass chose for the call in progress, by pass. A module global, not an attribute
 # of the pass: the head's hook is reached through the head module (often a builtin nn.Linear), and Dynamo
 # treats every tensor reached through a builtin module as static-shaped, so a kept-row count read from the
@@ -150,6 +161,8 @@ class LabelSparsity(HookedPass):
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
         self.fused_calls_in_eval = False  # a reference model (in eval mode): its fused calls answered too
+        # packs the fused calls' padded rows into one row inside the call (padding_free/scored_calls.py), or None
+        self.call_packer: ScoredCallPacker | None = None
         self._handles = [
             model.register_forward_pre_hook(self._select_rows, with_kwargs=True),
             model.register_forward_hook(self._clear_rows, always_call=True),
@@ -200,7 +213,11 @@ class LabelSparsity(HookedPass):
         _ROWS_IN_USE[self._key], self._expected_rows = rows, labels.numel()
         if fused:
             targets = shifted_targets(labels, self.head.causal)
-            return args, self.chunked_head.take(kwargs, kept, fused=(rows, targets))
+            kwargs = self.chunked_head.take(kwargs, kept, fused=(rows, targets))
+            packed = self.call_packer.pack(args, kwargs, rows) if self.call_packer is not None else None
+            if packed is not None:  # the rows' real tokens as one packed row; the answer stays at [B, T]
+                kwargs, _ROWS_IN_USE[self._key], self._expected_rows = packed
+            return args, kwargs
         if self.chunked_head is not None and self.chunked_head.wants(kept.numel()):
             return args, self.chunked_head.take(kwargs, kept)
         kwargs = {**kwargs, "labels": kept}
@@ -242,6 +259,8 @@ class LabelSparsity(HookedPass):
 
     def _clear_rows(self, module, args, output):
         _ROWS_IN_USE.pop(self._key, None)
+        if self.call_packer is not None:
+            self.call_packer.finish()
         if self.chunked_head is not None and self.chunked_head.call is not None:
             return self.chunked_head.finish(output)
         return None
@@ -255,6 +274,9 @@ class LabelSparsity(HookedPass):
         super().remove()
         if self.chunked_head is not None:
             self.chunked_head.remove()
+        if self.call_packer is not None:
+            self.call_packer.remove()
+            self.call_packer = None
 
 
 @contextlib.contextmanager

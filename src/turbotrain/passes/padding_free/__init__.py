@@ -275,6 +275,12 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
     return None
 
 
+def refusal_of_model(model: nn.Module, spec: PackingSpec) -> str | None:
+    """Why packing cannot keep `model` exact whatever the mask mode (its task, attention, reads under the mask,
+    random draws in training), or None; scored_calls.py asks it too."""
+    return _refusal(model, _task(model), spec) or _random_draws_refusal(model)
+
+
 def _mask_refusal(model: nn.Module, spec: PackingSpec) -> str | None:
     """Why `spec.mask` cannot mask this model's packed rows, or None."""
     if spec.mask == "positions" and not _takes(modeling.unwrap(model), "position_ids"):
@@ -448,6 +454,8 @@ register_pass(
         ),
         refused_by_trainer=trainer_refusal,
         not_applicable=modeling.without_token_input,
+        # the batches stay padded where only TRL's scored calls are packed, inside each call (scored_calls.py)
+        label=lambda installed: getattr(installed, "label", "padding_free"),
         collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
         batch_keys=PACKING_KEYS,
     )
