@@ -152,10 +152,10 @@ def is_grpo_trainer(trainer) -> bool:
 
 
 def packs_scored_calls(trainer) -> bool:
-    """`trainer` makes its scored calls on rows flushed left (each row's tokens first, then its padding), which
-    padding-free may pack inside each call (passes/padding_free/scored_calls.py): TRL's DPOTrainer, and
-    KTOTrainer, which makes DPO's calls. GRPO and RLOO put left-padded prompts before their completions."""
-    return is_dpo_trainer(trainer) or is_kto_trainer(trainer)
+    """`trainer` makes its scored calls on padded rows whose real tokens are one block each, which padding-free
+    may pack inside each call (passes/padding_free/scored_calls.py): TRL's DPOTrainer (rows flushed left) and
+    KTOTrainer (DPO's calls), GRPOTrainer and RLOOTrainer (left-padded prompts, then right-padded completions)."""
+    return is_dpo_trainer(trainer) or is_kto_trainer(trainer) or is_sampling_rl_trainer(trainer)
 
 
 def is_kto_trainer(trainer) -> bool:

@@ -129,6 +129,23 @@ def sampling_run(tmp_path, trainer_class, config_class, steps: int = 3, peft_con
     return trainer, [entry for entry in trainer.state.log_history if "loss" in entry]
 
 
+def record_packed_calls(monkeypatch) -> list:
+    """(real tokens, padded positions) of each scored call padding-free packed inside the model (None: stayed
+    padded); passes/padding_free/scored_calls.py."""
+    from turbotrain.passes.padding_free import scored_calls
+
+    calls = []
+    original = scored_calls.PackedScoredCalls.pack
+
+    def recorded(self, args, kwargs, rows):
+        packed = original(self, args, kwargs, rows)
+        calls.append(None if packed is None else (packed[2], int(kwargs["attention_mask"].numel())))
+        return packed
+
+    monkeypatch.setattr(scored_calls.PackedScoredCalls, "pack", recorded)
+    return calls
+
+
 def record_sampling_op_calls(monkeypatch) -> list:
     """(hidden needs a gradient, statistics wanted, 1 / temperature) of each run of the per-row op."""
     return record_op_calls(monkeypatch, lambda args: (args[0].requires_grad, args[6], args[7]))
@@ -148,3 +165,4 @@ def assert_every_sampling_call_answered(trainer, op_calls: list) -> None:
     assert Counter(op_calls) == expected, dict(Counter(op_calls))
     active = trainer.turbo_summary().partition("not active")[0]
     assert "label_sparsity" in active and "chunked_cross_entropy" in active
+    assert "padding_free (inside scored calls)" in active  # left-padded prompts, then completions: one block a row

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.llm.helpers import decoder, lora_config, prompt_completion_rows, record_op_calls, tokenizer
+from tests.llm.helpers import (
+    decoder,
+    lora_config,
+    prompt_completion_rows,
+    record_op_calls,
+    record_packed_calls,
+    tokenizer,
+)
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import turbo, turbo_arguments
 
@@ -64,19 +71,7 @@ def op_calls(monkeypatch):
 
 @pytest.fixture
 def packed_calls(monkeypatch):
-    """Each scored call padding-free packed inside the model: its real token count (None: left padded)."""
-    from turbotrain.passes.padding_free import scored_calls
-
-    tokens = []
-    original = scored_calls.PackedScoredCalls.pack
-
-    def recorded(self, args, kwargs, rows):
-        packed = original(self, args, kwargs, rows)
-        tokens.append(None if packed is None else (packed[2], int(kwargs["attention_mask"].numel())))
-        return packed
-
-    monkeypatch.setattr(scored_calls.PackedScoredCalls, "pack", recorded)
-    return tokens
+    return record_packed_calls(monkeypatch)
 
 
 @pytest.mark.parametrize("peft", [False, True], ids=["full", "lora"])

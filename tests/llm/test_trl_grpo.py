@@ -16,6 +16,7 @@ from tests.llm.helpers import (
     assert_every_sampling_call_answered,
     decoder,
     lora_config,
+    record_packed_calls,
     record_sampling_op_calls,
     sampling_run,
 )
@@ -40,11 +41,17 @@ def op_calls(monkeypatch):
     return record_sampling_op_calls(monkeypatch)
 
 
-def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a_reference(tmp_path, op_calls):
+def test_grpo_losses_metrics_and_parameters_equal_stock_with_a_temperature_and_a_reference(
+    tmp_path, op_calls, monkeypatch
+):
     stock_trainer, stock = grpo_run(tmp_path, False)
     assert not op_calls
+    packed = record_packed_calls(monkeypatch)
     trainer, fast = grpo_run(tmp_path, True)
     assert_every_sampling_call_answered(trainer, op_calls)
+    # every scored call, the policy's and the reference's, ran packed: real tokens only
+    assert len(packed) == len(op_calls) and all(call is not None for call in packed), packed
+    assert any(real < padded for real, padded in packed), packed  # some batches had padding to skip
     for metric in METRICS:
         assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
     assert stock[-1]["kl"] > 0  # the reference model's term is in the loss

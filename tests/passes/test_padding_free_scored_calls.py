@@ -108,16 +108,33 @@ def test_published_qwen2_5_0_5b_heads_with_its_window_set_below_the_rows(monkeyp
         assert (grads[name] - value).abs().max() / value.abs().max().clamp_min(1e-12) <= 1e-5, name
 
 
-def test_a_left_padded_call_stays_padded_with_the_same_answer(monkeypatch):
-    stock, packed, _ = _pair("qwen2")
+@pytest.mark.parametrize("family", ["qwen2", "gpt2"])  # rotary; learned absolute positions
+def test_a_left_padded_call_is_packed_at_the_positions_stock_gives_it(family, monkeypatch):
+    # GRPO's and RLOO's rows: a left-padded prompt, then the completion; each token keeps its padded index
+    stock, packed, _ = _pair(family)
     batch = padded_batch(LENGTHS, keep=0.6, left=True)
+    first = batch["attention_mask"].argmax(dim=1)  # each row's first real token: a prompt token, never scored
+    batch["labels"][torch.arange(len(LENGTHS)), first] = -100  # (its score would be read at a padding position)
+    tokens = _packed_calls(monkeypatch)
+    (expected, expected_grads), (got, grads) = _scored_call(stock, batch), _scored_call(packed, batch)
+    assert tokens == [sum(LENGTHS)]
+    torch.testing.assert_close(got["log_probs"], expected["log_probs"], rtol=1e-5, atol=1e-6)
+    for name, value in expected_grads.items():
+        assert (grads[name] - value).abs().max() / value.abs().max().clamp_min(1e-12) <= 1e-5, name
+
+
+def test_a_row_whose_tokens_are_not_one_block_stays_padded_with_the_same_answer(monkeypatch):
+    stock, packed, _ = _pair("mistral")  # window 8: the hole would count in the padded row, not in a packed one
+    batch = padded_batch(LENGTHS, keep=0.6)
+    batch["attention_mask"][0, 5:9] = 0  # a hole inside the first row
+    batch["labels"][0, 5:9] = -100
     tokens = _packed_calls(monkeypatch)
     (expected, _), (got, _) = _scored_call(stock, batch), _scored_call(packed, batch)
-    assert tokens == [None]  # refused: a left-padded row's positions would change
+    assert tokens == [None]
     torch.testing.assert_close(got["log_probs"], expected["log_probs"], rtol=1e-5, atol=1e-6)
 
 
-def test_layout_of_a_right_padded_call():
+def test_layout_of_a_padded_call():
     mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [1, 1, 1, 1]])
     ids = torch.arange(12).view(3, 4)
     layout, why = layout_of((), {"input_ids": ids, "attention_mask": mask, "use_cache": False})
@@ -129,14 +146,19 @@ def test_layout_of_a_right_padded_call():
     assert "attention_mask" not in call and call["use_cache"] is False
     assert layout.packed_rows(torch.tensor([1, 8, 10])).tolist() == [1, 4, 6]
     assert layout.packed_rows(torch.tensor([3])) is None  # a padding position
+    left = torch.tensor([[0, 1, 1], [1, 1, 0], [0, 1, 0]])  # left, right and both sides padded
+    layout, _ = layout_of((), {"input_ids": torch.arange(9).view(3, 3), "attention_mask": left})
+    call = layout.call({"input_ids": torch.arange(9).view(3, 3), "attention_mask": left})
+    assert call["input_ids"].tolist() == [[1, 2, 3, 4, 7]]
+    assert call["position_ids"].tolist() == [[1, 2, 0, 1, 1]]  # each token's index in its padded row
 
 
 @pytest.mark.parametrize(
     "args,kwargs,reason",
     [
         ((torch.ones(2, 3),), {}, "by keyword"),
-        ((), {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[0, 1, 1], [1, 1, 1]])},
-         "right-padded"),
+        ((), {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.tensor([[1, 0, 1], [1, 1, 1]])},
+         "one block"),
         ((), {"input_ids": torch.ones(2, 3, dtype=torch.long), "attention_mask": torch.ones(2, 3),
               "position_ids": torch.arange(3).expand(2, 3)}, "position_ids"),
         ((), {"input_ids": torch.ones(1, 2, dtype=torch.long), "attention_mask": torch.zeros(1, 2)}, "no real token"),

@@ -13,16 +13,23 @@ through packed_attention.py's function. The head then reads the scored rows at t
 answer is scattered back to [B, T - 1] at the padded positions as before: TRL reads the same tensors, and the
 body never computes the padding (33% of a DPO batch's positions at the issue's shape).
 
-Taken: keyword calls with `input_ids` and a right-padded `attention_mask` [B, T] (each row's ones first, then
-zeros), nothing else per token (`position_ids`, `inputs_embeds`, `token_type_ids`, images, a cache: any other
-input that is not None leaves the call padded, said once in the log), at least one real token.
+TRL's `GRPOTrainer` and `RLOOTrainer` make the same calls on left-padded prompts followed by right-padded
+completions: each row's real tokens are one block there too, and are packed the same way.
 
-Exact: each row's tokens meet exactly the keys they met in the padded call, at the same positions (a right-padded
-row's positions are 0 .. L - 1 in both), through the model's own attention code (per length on the CPU, a varlen
-kernel on CUDA): fp32 outputs equal to float summation order. Installed only where padding-free itself would
-pack the model (`refusal`: SDPA or eager attention switchable at run time, no dropout or other random draws,
-nothing carried along a row, no reads under the mask), then self-checked (`self_check`): a padded and a packed
-forward of an uneven batch, rows longer than any attention window, must agree at every real token.
+Taken: keyword calls with `input_ids` and an `attention_mask` [B, T] whose ones form one block per row (right,
+left or both sides padded), nothing else per token (`position_ids`, `inputs_embeds`, `token_type_ids`, images,
+`logits_to_keep`, a cache: any other input that is not None leaves the call padded, said once in the log), at
+least one real token. Each packed token keeps its index in its padded row as its position id: the position the
+padded call gives it where the model counts positions along the row (Transformers' default without
+`position_ids`), and, with rotary embeddings, the same relative positions in any case.
+
+Exact: each row's tokens meet exactly the keys they met in the padded call, at the same positions, through the
+model's own attention code (per length on the CPU, a varlen kernel on CUDA): fp32 outputs equal to float
+summation order. Installed only where padding-free itself would pack the model (`refusal`: SDPA or eager
+attention switchable at run time, no dropout or other random draws, nothing carried along a row, no reads under
+the mask), then self-checked (`self_check`): padded and packed forwards of an uneven batch, right-padded and
+left-padded, rows longer than any attention window, must agree at every real token (a model that counts
+positions from the mask would fail the left-padded one).
 Wasted: one host sync per call (the rows' lengths lay out the packed row).
 """
 
@@ -48,14 +55,15 @@ logger = logging.getLogger("turbotrain")
 
 PACKED_INPUTS = ("input_ids", "attention_mask")
 # keywords that may come with a scored call and do not depend on the token layout
-LAYOUT_FREE = ("use_cache", "return_dict", "logits_to_keep", "output_hidden_states", "output_attentions")
+LAYOUT_FREE = ("use_cache", "return_dict", "output_hidden_states", "output_attentions")
 LONGEST_CHECKED_WINDOW = 1024  # the self-check's rows outgrow every window; longer windows are not checked here
 
 
 @dataclass(frozen=True)
 class PackedLayout:
-    """Where a right-padded call's real tokens go in one packed row: `index` [N] their flattened padded
-    positions, `padded_tokens` B * T, `metadata` the packed-attention keys (packed_sequences.py)."""
+    """Where a padded call's real tokens go in one packed row: `index` [N] their flattened padded positions,
+    `padded_tokens` B * T, `positions` [N] each token's index in its padded row (the position stock gives it),
+    `metadata` the packed-attention keys (packed_sequences.py)."""
 
     index: torch.Tensor
     padded_tokens: int
@@ -99,9 +107,9 @@ def layout_of(args: tuple, kwargs: dict) -> tuple[PackedLayout | None, str | Non
         return None, f"it gives other inputs ({', '.join(sorted(others))})"
     real = mask.bool()
     lengths = real.sum(dim=1)
-    positions = torch.arange(ids.shape[1], device=ids.device)
-    if not torch.equal(real, positions[None, :] < lengths[:, None]):
-        return None, "its rows are not right-padded (a row's positions would change)"
+    opened = real[:, :1].sum(dim=1) + (real[:, 1:] & ~real[:, :-1]).sum(dim=1)  # blocks of real tokens per row
+    if bool((opened > 1).any()):
+        return None, "a row's real tokens are not one block (a window would count the padding between them)"
     index = real.reshape(-1).nonzero().squeeze(1)
     if index.numel() == 0:
         return None, "it has no real token"
@@ -162,16 +170,22 @@ def refusal(model: nn.Module) -> str | None:
 
 
 def self_check(model: nn.Module, packer: PackedScoredCalls) -> str | None:
-    """A padded and a packed forward of an uneven right-padded batch agree at every real token (the body's last
-    hidden states: no [tokens, vocabulary] logits), or why not. Rows outgrow every attention window."""
+    """Padded and packed forwards of an uneven batch, right-padded then left-padded, agree at every real token (the
+    body's last hidden states: no [tokens, vocabulary] logits), or why not. Rows outgrow every attention window."""
     longest = max(modeling.attention_spans(model), default=0) + 7
     batch, problem = check_batch(model, [longest, 5, longest - 3], seed=4321)
     if problem is not None:
         return problem
-    call = {k: batch[k] for k in PACKED_INPUTS}
+    right = {k: batch[k] for k in PACKED_INPUTS}
+    shifts = right["attention_mask"].shape[1] - right["attention_mask"].sum(dim=1)
+    left = {k: torch.stack([row.roll(int(n)) for row, n in zip(v, shifts)]) for k, v in right.items()}
+    return _compare(model, packer, right, "right") or _compare(model, packer, left, "left")
+
+
+def _compare(model: nn.Module, packer: PackedScoredCalls, call: dict, side: str) -> str | None:
     layout, why = layout_of((), call)
     if layout is None:
-        return f"the check's batch was not packed: {why}"
+        return f"the check's {side}-padded batch was not packed: {why}"
     body = modeling.unwrap(model).base_model
     try:
         with training_mode(model, False), torch.no_grad():
@@ -188,7 +202,7 @@ def self_check(model: nn.Module, packer: PackedScoredCalls) -> str | None:
     tolerance = 1e-4 if padded.dtype == torch.float32 else 2e-2
     worst = (got - expected).abs().max() / expected.abs().max().clamp_min(1e-12)
     if not bool(worst <= tolerance):
-        return f"packed hidden states differ from padded ones by {float(worst):.2e} of their scale"
+        return f"packed hidden states differ from {side}-padded ones by {float(worst):.2e} of their scale"
     return None
 
 
