@@ -80,3 +80,11 @@ def test_tiny_dpo_bench_gives_stock_losses_for_turbo(tmp_path, lora):
     assert peers["turbo"]["memory_at_start_mb"] > 0
     assert saved["title"].startswith("DPO Qwen2-shaped, " + ("LoRA" if lora else "full fine-tune"))
     assert saved["pair_lengths"]["prompt"]["max"] <= 26 and saved["command"].startswith("turbotrain bench --task dpo")
+
+
+def test_gradient_checkpointing_is_asked_of_every_peer(tmp_path):
+    workload = make_workload("dpo", **{**TINY, "gradient_checkpointing": True})
+    for peer in ("stock", "turbo"):
+        built = workload.trainer(peer, workload.model(), workload.data(), _Counter(), str(tmp_path / peer))
+        assert built.trainer.args.gradient_checkpointing, peer
+    assert not make_workload("dpo", **TINY).gradient_checkpointing  # off unless asked (TRL's default is on)

@@ -8,7 +8,7 @@ r=16 on q/k/v/o and the MLP) and the reference is the same model with its adapte
 Data (data/preference.py): `--pairs` pairs of corpus text, prompts of `--prompt-tokens` (default 30-200)
 and chosen / rejected completions of `--completion-tokens` (default 20-120) tokens, tokenized by TRL.
 Every peer: TRL's sigmoid loss, beta 0.1, no truncation (`max_length=None`), `gradient_checkpointing=False`
-and fp32 unless `--bf16` (TRL's defaults are True and bf16), reference log-probs computed in the step
+unless `--gradient-checkpointing`, and fp32 unless `--bf16` (TRL's defaults are True and bf16), reference log-probs computed in the step
 (`precompute_ref_log_probs=False`), TRL's own collator (each batch is 2 x batch rows: chosen, then rejected).
 
 Peers, built as a user writes them, same weights and batches:
@@ -70,6 +70,9 @@ class Dpo(TrainerWorkload):
     completion_tokens: tuple[int, ...] = field(
         default=(20, 120), metadata={"help": "a completion's fewest and most tokens"}
     )
+    gradient_checkpointing: bool = field(
+        default=False, metadata={"help": "recompute activations in the backward, every peer (TRL's default)"}
+    )
 
     own_peers = tuple(TRL_OPTIONS)
 
@@ -116,7 +119,7 @@ class Dpo(TrainerWorkload):
             **options,
             beta=0.1,
             max_length=None,
-            gradient_checkpointing=False,
+            gradient_checkpointing=self.gradient_checkpointing,
             precompute_ref_log_probs=False,
         )
         trainer = self.preference_trainer(trainer_class, args, model, data)
