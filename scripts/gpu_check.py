@@ -69,7 +69,11 @@ def environment(device: torch.device) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "CPU"
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+            # "-dirty" where the tree differs from HEAD (a device copy's git metadata may be older than its files)
+            ["git", "describe", "--always", "--dirty"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
         ).stdout
     except OSError:
         commit = "?"
