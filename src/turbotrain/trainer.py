@@ -136,11 +136,13 @@ class TurboMixin(TrainerBoundary):
         quiet_cpu_pin_memory()
 
     def _turbo_pack_scored_calls(self, policy: nn.Module) -> None:
-        """DPO's and KTO's scored calls packed inside each call (passes/padding_free/scored_calls.py) where
-        padding-free steps aside for their row-reading loss; the summary then names it instead of the refusal."""
-        reason = self.turbo_refused.get("padding_free")
-        if reason is None or not packs_scored_calls(self) or self.turbo_requested.padding_free is False:
-            return
+        """TRL's scored calls (DPO, KTO, GRPO, RLOO: `trl_boundary.packs_scored_calls`) packed inside each call
+        (passes/padding_free/scored_calls.py) where padding-free steps aside for their row-reading loss; the summary
+        then names it instead of the refusal."""
+        if "padding_free" not in self.turbo_refused or not packs_scored_calls(self):
+            return  # packing applies to the batches, or this trainer's calls are not known to be packable
+        if not self.turbo_requested.padding_free or "padding_free" in self.backend.turns_off:
+            return  # off by option, or this backend cannot run packed rows (xla: shapes change every step)
         if getattr(self.args, "neftune_noise_alpha", None) is not None:  # its noise is drawn per padded position
             return
         reference = self.turbo_reference

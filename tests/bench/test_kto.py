@@ -43,3 +43,14 @@ def test_tiny_kto_bench_gives_stock_losses_for_turbo(tmp_path):
     assert saved["title"].startswith("KTO Qwen2-shaped, full fine-tune")
     assert saved["rows"] == 16 and saved["desirable"] == 8
     assert saved["command"].startswith("turbotrain bench --task kto")
+
+
+def test_peer_classes_make_a_turbo_peer_of_the_trl_classes_and_leave_stock_as_it_is():
+    from trl import KTOConfig, KTOTrainer
+
+    workload = make_workload("kto", **TINY)
+    assert workload.peer_classes("stock", KTOConfig, KTOTrainer) == (KTOConfig, KTOTrainer, {})
+    config_class, trainer_class, options = workload.peer_classes("turbo:eager", KTOConfig, KTOTrainer)
+    assert issubclass(config_class, KTOConfig) and issubclass(trainer_class, KTOTrainer)
+    assert config_class is not KTOConfig and trainer_class is not KTOTrainer
+    assert "eager" in options.values()  # the peer's backend, by the arguments class's attribute name

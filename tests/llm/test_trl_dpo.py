@@ -148,3 +148,31 @@ def test_dpo_with_gradient_checkpointing_packs_its_calls_and_stays_exact(tmp_pat
     trainer, fast = dpo_history(tmp_path, True, gradient_checkpointing=True)
     assert packed_calls and all(call is not None for call in packed_calls)
     assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "requested,turned_off,neftune,packs",
+    [(True, {}, None, True), (False, {}, None, False), (True, {"padding_free": "xla"}, None, False),
+     (True, {}, 5.0, False)],
+    ids=["packs", "off-by-option", "off-by-backend", "neftune"],
+)  # fmt: skip
+def test_scored_calls_are_packed_only_where_padding_free_may_run(monkeypatch, requested, turned_off, neftune, packs):
+    from types import SimpleNamespace
+
+    from trl import DPOTrainer
+
+    from turbotrain import trainer as trainer_module
+
+    installed = []
+    monkeypatch.setattr(trainer_module, "pack_answered_calls", lambda *args: installed.append(args))
+
+    class Stub(DPOTrainer):  # only what the decision reads
+        def __init__(self):
+            self.turbo_refused = {"padding_free": "DPOTrainer computes its own loss, which may read rows"}
+            self.turbo_requested = SimpleNamespace(padding_free=requested)
+            self.backend = SimpleNamespace(turns_off=turned_off)
+            self.args = SimpleNamespace(neftune_noise_alpha=neftune)
+            self.turbo_report, self.turbo_reference = None, None
+
+    trainer_module.TurboMixin._turbo_pack_scored_calls(Stub(), policy=decoder())
+    assert bool(installed) == packs

@@ -144,6 +144,14 @@ class TrainerWorkload(Schedule):
         turbo_options.update({names[name]: value for name, value in (turbo_extra or {}).items()})
         return turbo(self.trainer_class)(args=arguments_class(**turbo_options, **common), **kw)
 
+    def peer_classes(self, peer: str, arguments_class: type, trainer_class: type) -> tuple[type, type, dict]:
+        """(arguments class, trainer class, turbotrain options) a peer is built from: a turbo peer (`turbo`,
+        `turbo:<backend>`) gets `turbo_arguments(...)`, `turbo(...)` and its options; any other the classes as given."""
+        if peer.split(":", 1)[0] != "turbo":
+            return arguments_class, trainer_class, {}
+        arguments_class = turbo_arguments(arguments_class)
+        return arguments_class, turbo(trainer_class), self.turbo_options(arguments_class, peer)
+
     def turbo_options(self, arguments_class: type, peer: str) -> dict:
         """The turbotrain options of a turbo peer (its backend and options, the passes `--turbo-off` turns off),
         by `arguments_class`'s attribute names (a turbo arguments class)."""

@@ -31,14 +31,12 @@ from typing import Any
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, PreTrainedTokenizerBase
 
-from turbotrain.args import turbo_arguments
 from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES, with_lora
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.preference import build_preference_pairs, length_summary
-from turbotrain.trainer import turbo
 from turbotrain.trl_boundary import dpo_classes
 from turbotrain.utils.imports import is_available
 
@@ -109,11 +107,9 @@ class Dpo(TrainerWorkload):
         return DpoData(pairs=pairs, tokenizer=tokenizer)
 
     def trainer(self, peer: str, model, data: DpoData, counter, output_dir: str) -> TrainerPeer:
-        config_class, trainer_class = dpo_classes(f"the dpo workload's '{peer}' peer")
-        options = dict(TRL_OPTIONS.get(peer, {}))
-        if peer.split(":", 1)[0] == "turbo":
-            config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
-            options.update(self.turbo_options(config_class, peer))
+        classes = dpo_classes(f"the dpo workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *classes)
+        options = {**TRL_OPTIONS.get(peer, {}), **options}
         args = config_class(
             **self.common_arguments(output_dir),
             **options,

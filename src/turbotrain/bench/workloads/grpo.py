@@ -41,14 +41,12 @@ from typing import Any
 import torch
 from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, PreTrainedTokenizerBase
 
-from turbotrain.args import turbo_arguments
 from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import PeerRecord, register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.prompts import build_prompts
-from turbotrain.trainer import turbo
 from turbotrain.trl_boundary import grpo_classes, note_grpo_generations
 
 GRPO_PEERS = ("stock", "turbo")
@@ -115,11 +113,8 @@ class Grpo(TrainerWorkload):
         return GrpoData(prompts=prompts, tokenizer=tokenizer)
 
     def trainer(self, peer: str, model, data: GrpoData, counter, output_dir: str) -> TrainerPeer:
-        config_class, trainer_class = grpo_classes(f"the grpo workload's '{peer}' peer")
-        options = {}
-        if peer.split(":", 1)[0] == "turbo":
-            config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
-            options = self.turbo_options(config_class, peer)
+        classes = grpo_classes(f"the grpo workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *classes)
         args = config_class(
             **self.common_arguments(output_dir),
             **options,

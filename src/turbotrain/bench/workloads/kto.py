@@ -20,11 +20,9 @@ from dataclasses import dataclass, field
 
 from datasets import Dataset
 
-from turbotrain.args import turbo_arguments
 from turbotrain.bench.peers import TrainerPeer
 from turbotrain.bench.workload import register_workload
 from turbotrain.bench.workloads.dpo import Dpo, DpoData
-from turbotrain.trainer import turbo
 from turbotrain.trl_boundary import kto_classes
 
 BETA = 0.1
@@ -53,11 +51,8 @@ class Kto(Dpo):
         return DpoData(pairs=unpaired(pairs.pairs), tokenizer=pairs.tokenizer)
 
     def trainer(self, peer: str, model, data: DpoData, counter, output_dir: str) -> TrainerPeer:
-        config_class, trainer_class = kto_classes(f"the kto workload's '{peer}' peer")
-        options = {}
-        if peer.split(":", 1)[0] == "turbo":
-            config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
-            options = self.turbo_options(config_class, peer)
+        classes = kto_classes(f"the kto workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *classes)
         args = config_class(
             **self.common_arguments(output_dir), **options, beta=BETA, max_length=None, gradient_checkpointing=False
         )

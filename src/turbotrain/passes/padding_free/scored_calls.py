@@ -30,7 +30,8 @@ attention switchable at run time, no dropout or other random draws, nothing carr
 the mask), then self-checked (`self_check`): padded and packed forwards of an uneven batch, right-padded and
 left-padded, rows longer than any attention window, must agree at every real token (a model that counts
 positions from the mask would fail the left-padded one).
-Wasted: one host sync per call (the rows' lengths lay out the packed row).
+Wasted: on an accelerator, two host syncs per call (the mask read to lay out the packed row, the scored rows
+checked against it); none on a CPU.
 """
 
 from __future__ import annotations
@@ -61,13 +62,14 @@ LONGEST_CHECKED_WINDOW = 1024  # the self-check's rows outgrow every window; lon
 
 @dataclass(frozen=True)
 class PackedLayout:
-    """Where a padded call's real tokens go in one packed row: `index` [N] their flattened padded positions,
-    `padded_tokens` B * T, `positions` [N] each token's index in its padded row (the position stock gives it),
-    `metadata` the packed-attention keys (packed_sequences.py)."""
+    """Where a padded call's real tokens go in one packed row, laid out on the host from the mask: `index` [N]
+    their flattened padded positions and `positions` [N] each one's index in its padded row (the position stock
+    gives it), both on the call's device; `where` [B * T] on the host, each padded position's place in the packed
+    row (-1: padding); `metadata` the packed-attention keys (packed_sequences.py)."""
 
     index: torch.Tensor
-    padded_tokens: int
     positions: torch.Tensor
+    where: torch.Tensor
     metadata: dict
 
     @property
@@ -76,10 +78,8 @@ class PackedLayout:
 
     def packed_rows(self, rows: torch.Tensor) -> torch.Tensor | None:
         """`rows` [K] (flattened padded positions) as positions in the packed row; None if one is padding."""
-        where = torch.full((self.padded_tokens,), -1, dtype=torch.long, device=self.index.device)
-        where[self.index] = torch.arange(self.tokens, device=self.index.device)
-        packed = where[rows.to(where.device)]
-        return None if bool((packed < 0).any()) else packed
+        packed = self.where[rows.cpu()]  # rows are on the host already where label sparsity's collator chose them
+        return None if bool((packed < 0).any()) else packed.to(self.index.device, non_blocking=True)
 
     def call(self, kwargs: dict) -> dict:
         """The call's keywords for the packed row."""
@@ -98,26 +98,33 @@ class PackedLayout:
 
 
 def layout_of(args: tuple, kwargs: dict) -> tuple[PackedLayout | None, str | None]:
-    """(the packed layout of this call, None), or (None, why it stays padded)."""
+    """(the packed layout of this call, None), or (None, why it stays padded). Reads the mask once on the host
+    (the call's one host sync for its layout; none on a CPU)."""
     ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
     if args or ids is None or mask is None or ids.dim() != 2 or mask.shape != ids.shape:
         return None, "it does not give input_ids and an attention_mask [batch, length] by keyword"
     others = [k for k, v in kwargs.items() if v is not None and k not in PACKED_INPUTS + LAYOUT_FREE]
     if others:
         return None, f"it gives other inputs ({', '.join(sorted(others))})"
-    real = mask.bool()
-    lengths = real.sum(dim=1)
+    real = mask.cpu().bool()
     opened = real[:, :1].sum(dim=1) + (real[:, 1:] & ~real[:, :-1]).sum(dim=1)  # blocks of real tokens per row
     if bool((opened > 1).any()):
         return None, "a row's real tokens are not one block (a window would count the padding between them)"
     index = real.reshape(-1).nonzero().squeeze(1)
     if index.numel() == 0:
         return None, "it has no real token"
-    lengths_host = lengths.cpu()
-    starts = torch.cumsum(lengths_host, 0) - lengths_host
-    segments = torch.repeat_interleave(torch.arange(len(lengths_host)), lengths_host)
-    metadata = sequence_metadata(segments.unsqueeze(0), lengths_host, starts)
-    return PackedLayout(index, ids.numel(), index % ids.shape[1], metadata), None
+    lengths = real.sum(dim=1)
+    starts = torch.cumsum(lengths, 0) - lengths
+    segments = torch.repeat_interleave(torch.arange(len(lengths)), lengths)
+    where = torch.full((real.numel(),), -1, dtype=torch.long)
+    where[index] = torch.arange(index.numel())
+    device = ids.device
+    return PackedLayout(
+        index.to(device, non_blocking=True),
+        (index % real.shape[1]).to(device, non_blocking=True),
+        where,
+        sequence_metadata(segments.unsqueeze(0), lengths, starts),
+    ), None
 
 
 class PackedScoredCalls(HookedPass):
