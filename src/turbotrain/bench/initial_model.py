@@ -7,7 +7,8 @@ user's own process, holding one model, sees. `SpilledModel` pickles the model on
 (`torch.save`) and loads a fresh copy for each segment (`copy()`), which the page cache makes a memory
 copy, not a disk read. A model that cannot be pickled (or finds no room in the scratch directory, the
 system's temporary one unless given) stays in memory (`copy.deepcopy`), and `spilled` says so; the
-report's memory figures then include it.
+report's memory figures then include it. `file` is the spilled model as a `ModelFile`: only its path, which a
+segment in a process of its own (isolated.py) loads its copy from.
 """
 
 from __future__ import annotations
@@ -18,6 +19,16 @@ from pathlib import Path
 
 import torch
 from torch import nn
+
+
+class ModelFile:
+    """A model saved with `torch.save`, by path only (picklable: it crosses into a child process)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def copy(self) -> nn.Module:
+        return torch.load(self.path, weights_only=False)
 
 
 class SpilledModel:
@@ -35,16 +46,23 @@ class SpilledModel:
     def spilled(self) -> bool:
         return self._resident is None
 
+    @property
+    def file(self) -> ModelFile:
+        if not self.spilled:
+            raise RuntimeError("the initial model could not be pickled to a file: no process of its own can load it")
+        return ModelFile(self.path)
+
     def copy(self) -> nn.Module:
         """A fresh copy of the initial model, sharing no tensor with any other copy."""
         if self._resident is not None:
             return copy.deepcopy(self._resident)
-        return torch.load(self.path, weights_only=False)
+        return self.file.copy()
 
     def close(self) -> None:
         self._scratch.cleanup()
 
 
-def fresh_copy(model: nn.Module | SpilledModel) -> nn.Module:
-    """A peer's own copy of the initial model: `model` itself (deep-copied) or the runner's `SpilledModel`."""
-    return model.copy() if isinstance(model, SpilledModel) else copy.deepcopy(model)
+def fresh_copy(model: nn.Module | SpilledModel | ModelFile) -> nn.Module:
+    """A peer's own copy of the initial model: `model` itself (deep-copied), or the runner's `SpilledModel` or
+    `ModelFile` of it."""
+    return model.copy() if isinstance(model, (SpilledModel, ModelFile)) else copy.deepcopy(model)

@@ -104,8 +104,8 @@ def markdown(result: dict) -> str:
         f"Hardware: {hardware}. torch {env['torch']}, transformers {env['transformers']}, "
         f"turbotrain {env['turbotrain']}, Python {env['python']}.",
         f"Command: `{result.get('command', 'turbotrain bench')}`",
-        f"Rounds {w['rounds']} x {w['steps']} measured steps (+{w['warmup']} warm-up) per peer, interleaved; "
-        f"memory: {result['memory_kind']}.",
+        f"Rounds {w['rounds']} x {w['steps']} measured steps (+{w['warmup']} warm-up) per peer, interleaved"
+        f"{', each segment in a process of its own' if w.get('isolate') else ''}; memory: {result['memory_kind']}.",
         *_data_lines(result),
         "",
         "| " + " | ".join(titles) + " |",

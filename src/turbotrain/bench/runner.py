@@ -14,6 +14,7 @@
   (a ratio above it means the peer also runs its work faster, below it slower);
 * `step_s`: every measured step's seconds, round by round (in the JSON);
 * median step seconds, and the first step of round 1 apart (compilation and export land there);
+* with `--isolate`, each segment in a process of its own (isolated.py), in the same interleaved order;
 * peak memory: the largest segment peak over the rounds (measure/memory.py), with that segment's growth
   split into weights, gradients, optimizer state, logits and the rest (activations); and the memory held when
   training began (`memory_at_start_mb`, the median over the rounds: after the trainer was built and its
@@ -44,6 +45,7 @@ from rich.progress import Progress
 
 from turbotrain.bench.counting import BatchCount, BatchCounter
 from turbotrain.bench.initial_model import SpilledModel
+from turbotrain.bench.isolated import run_segment_isolated
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import UNIT_KEYS, Workload
 from turbotrain.measure.flops import ModelFlops, step_flops
@@ -137,6 +139,14 @@ def run_segment(workload: Workload, peer: str, model, data, runs: PeerRuns, memo
     runs.backend, runs.passes = record.backend, record.passes
     if record.backend_report:
         runs.backend_report = record.backend_report  # cumulative over the rounds so far
+
+
+def add_isolated(runs: PeerRuns, result) -> None:
+    """Add a segment run in a process of its own (isolated.py) to its peer's runs."""
+    runs.segments.append(result.segment)
+    runs.backend, runs.passes = result.backend, result.passes
+    if result.backend_report:
+        runs.backend_report = result.backend_report  # that round's alone: a child sees no earlier round
 
 
 def step_pairs(runs: PeerRuns, reference: PeerRuns) -> tuple[list[tuple[float, float]], int]:
@@ -272,7 +282,11 @@ def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console |
             task = progress.add_task("benchmark", total=len(order))
             for round_index, peer in order:
                 progress.update(task, description=f"round {round_index + 1}/{workload.rounds}: {peer}")
-                run_segment(workload, peer, initial, data, runs[peer], memory)
+                if workload.isolate:
+                    isolated = run_segment_isolated(workload, peer, initial.file, data, device, round_index)
+                    add_isolated(runs[peer], isolated)
+                else:
+                    run_segment(workload, peer, initial, data, runs[peer], memory)
                 progress.advance(task)
     finally:
         initial.close()

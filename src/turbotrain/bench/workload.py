@@ -85,6 +85,7 @@ class Workload(Protocol):
     rounds: int
     steps: int
     warmup: int
+    isolate: bool
     reference: ClassVar[str]
     unit: ClassVar[str]
     apart: ClassVar[str]
@@ -109,6 +110,9 @@ class Schedule:
     rounds: int = field(default=3, metadata={"help": "rounds of every peer, interleaved"})
     steps: int = field(default=5, metadata={"help": "measured steps per round and peer"})
     warmup: int = field(default=1, metadata={"help": "unmeasured steps at the start of each round"})
+    isolate: bool = field(
+        default=False, metadata={"help": "run each peer's segment in a process of its own (bench/isolated.py)"}
+    )
     peers: tuple[str, ...] = ()
     seed: int = 0
 
