@@ -189,3 +189,27 @@ def test_the_self_check_refuses_a_packed_forward_that_differs(monkeypatch):
     packer, why = pack_scored_calls(model)
     assert packer is None and "differ" in why
     assert model.config._attn_implementation == "sdpa"  # switched back
+
+
+def test_a_model_the_policy_stands_for_runs_no_forward_at_install(monkeypatch):
+    """The reference model (`check=False`: the policy's class and configuration) is neither self-checked nor
+    probed by a forward: a forward reads every weight, and a reference loaded from a file (GRPO's) would be mapped
+    into memory whole before training begins. Its cheap refusals still apply (dropout read from its modules)."""
+    from turbotrain import modeling
+
+    model = _model("qwen2", "lm")
+    forwards = []
+    model.model.register_forward_hook(lambda *_: forwards.append(1))
+    packer, why = pack_scored_calls(model, check=False)
+    assert packer is not None and why is None and forwards == []
+    packer.remove()
+    monkeypatch.setattr(modeling, "draws_at_random", lambda model: pytest.fail("probed"))
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.1
+    packer, why = pack_scored_calls(model, check=False)
+    assert packer is None and "dropout" in why
+    for layer in model.model.layers:
+        layer.self_attn.attention_dropout = 0.0
+    monkeypatch.undo()
+    packer, why = pack_scored_calls(model)  # checked: the self-check's forwards run
+    assert packer is not None and forwards

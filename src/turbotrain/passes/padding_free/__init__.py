@@ -260,7 +260,7 @@ class PaddingFree(HookedPass):
         self._starts = None
 
 
-def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | None:
+def _refusal(model: nn.Module, task: str | None, spec: PackingSpec, probe: bool = True) -> str | None:
     if task is None:
         return "its task is not masked-LM, causal-LM, token or sequence classification"
     if task == "sequence_classification" and spec.causal:
@@ -270,15 +270,18 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec) -> str | Non
         return (
             f"its attention implementation '{implementation}' is not one packing keeps exact (sdpa, eager, flash, flex)"
         )
-    if modeling.reads_masked_positions(model):
+    if probe and modeling.reads_masked_positions(model):
         return "its outputs read tokens its attention mask hides (a convolution over the sequence), so packed neighbours would change them"
     return None
 
 
-def refusal_of_model(model: nn.Module, spec: PackingSpec) -> str | None:
+def refusal_of_model(model: nn.Module, spec: PackingSpec, probe: bool = True) -> str | None:
     """Why packing cannot keep `model` exact whatever the mask mode (its task, attention, reads under the mask,
-    random draws in training), or None; scored_calls.py asks it too."""
-    return _refusal(model, _task(model), spec) or _random_draws_refusal(model)
+    random draws in training), or None; scored_calls.py asks it too. `probe=False` leaves out the two answers that
+    run the model (`modeling.reads_masked_positions`, `draws_at_random`), for a model of the same class and
+    configuration as one already probed: a forward touches every weight, which for a reference model loaded from
+    a file maps all of it into memory before training needs it."""
+    return _refusal(model, _task(model), spec, probe) or _random_draws_refusal(model, probe)
 
 
 def _mask_refusal(model: nn.Module, spec: PackingSpec) -> str | None:
@@ -355,12 +358,12 @@ def apply_padding_free(
     return installed
 
 
-def _random_draws_refusal(model: nn.Module) -> str | None:
+def _random_draws_refusal(model: nn.Module, probe: bool = True) -> str | None:
     """Why packing would change the numbers of a model that draws random numbers in training, or None."""
     rate = modeling.dropout_rate(model)
     if rate > 0:
         what = f"dropout (p={rate:g})"
-    elif modeling.draws_at_random(model):
+    elif probe and modeling.draws_at_random(model):
         what = "random draws (e.g. sampled expert routing)"
     else:
         return None

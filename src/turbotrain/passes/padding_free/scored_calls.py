@@ -166,14 +166,15 @@ class PackedScoredCalls(HookedPass):
         self.switch.restore()
 
 
-def refusal(model: nn.Module) -> str | None:
-    """Why a model's scored calls cannot be packed exactly (padding-free's own refusals), or None."""
+def refusal(model: nn.Module, probe: bool = True) -> str | None:
+    """Why a model's scored calls cannot be packed exactly (padding-free's own refusals), or None; `probe=False`
+    for a model the policy's forward probes stand for (padding_free.refusal_of_model)."""
     if not modeling.is_causal_lm(model):
         return "it is not a causal LM"
     spans = modeling.attention_spans(model)
     if spans and max(spans) > LONGEST_CHECKED_WINDOW:
         return f"its attention window ({max(spans)} tokens) is longer than the self-check's rows"
-    return refusal_of_model(model, packing_spec(model))
+    return refusal_of_model(model, packing_spec(model), probe)
 
 
 def self_check(model: nn.Module, packer: PackedScoredCalls) -> str | None:
@@ -214,8 +215,10 @@ def _compare(model: nn.Module, packer: PackedScoredCalls, call: dict, side: str)
 
 
 def pack_scored_calls(model: nn.Module, check: bool = True) -> tuple[PackedScoredCalls | None, str | None]:
-    """(the installed packer, None), or (None, why `model`'s scored calls stay padded)."""
-    problem = refusal(model)
+    """(the installed packer, None), or (None, why `model`'s scored calls stay padded). `check=False`: `model` has
+    the class and configuration of a model already checked (the policy, for its reference model), so neither the
+    self-check nor the refusals' forward probes run on it (they would read every weight before training does)."""
+    problem = refusal(model, probe=check)
     if problem is not None:
         return None, problem
     switch, problem = AttentionSwitch.apply(model)
