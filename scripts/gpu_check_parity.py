@@ -4,7 +4,10 @@ host-sync audit of turbotrain's steps. Used by scripts/gpu_check.py (read its do
 Parity: one training-mode step (forward under the dtype's autocast, backward) of a small model built from a
 config, stock and rewritten from the same weights on the same batch; reported: the loss's relative
 difference and the largest gradient difference relative to that gradient's scale, and whether every
-gradient is finite. Passes within 1e-4 (fp32, TF32 off) or 5e-2 (bf16 autocast).
+gradient is finite. Passes within 1e-4 (fp32, TF32 off) or 5e-2 (bf16 autocast). The scored-call rows do the
+same for TRL's per-row log-prob call (`fused_lm_head=True`) packed inside the call against the padded call, and
+fail unless the call was packed (one packed row of the batch's real tokens): on CUDA this runs the varlen kernel,
+GQA included (packed_attention.torch_varlen_takes decides whether the kernel takes GQA on this torch).
 
 Host syncs: each pass's step (batch already on the device, fused AdamW step included) runs once to warm up,
 then once per phase (forward, backward, optimizer) with `torch.cuda.set_sync_debug_mode("warn")`, recording
@@ -168,6 +171,7 @@ def pass_parity(device: torch.device, dtypes) -> list[dict]:
         for dtype in dtypes:
             rows.append(_parity_row(case, device, dtype))
     rows.append(_optimizer_row(device))
+    rows += [_scored_call_row(kind, device, dtype) for kind in SCORED_CALL_MODELS for dtype in dtypes]
     return rows
 
 
@@ -214,6 +218,74 @@ def _optimizer_row(device: torch.device) -> dict:
     )
     ok = worst <= 1e-5
     return {**row, "max grad rel. diff": f"{worst:.2e} (params)", "result": "PASS" if ok else "FAIL", "note": ""}
+
+
+SCORED_CALL_MODELS = ("llama", "qwen2-152k")  # GQA 2:1 (the varlen kernel's enable_gqa rule), the 152k head
+ANSWERED = dict(
+    padding_free=False, embedding_grad=False, fused_activation=False, chunked_cross_entropy="always",
+    fused_head_calls="per_row",
+)  # fmt: skip
+
+
+def _scored_call_row(kind: str, device: torch.device, dtype: torch.dtype) -> dict:
+    """TRL's scored call (`fused_lm_head=True`, as DPO, KTO, GRPO and RLOO make it) answered by label sparsity,
+    padded against packed inside the call (passes/padding_free/scored_calls.py): the per-row log-probs and
+    every gradient of a DPO-like weighted sum, on a right-padded uneven batch."""
+    from turbotrain.passes.padding_free.scored_calls import pack_answered_calls
+
+    row = {"check": f"padding_free (scored calls) / {kind}", "dtype": str(dtype).removeprefix("torch.")}
+    try:
+        stock = tiny_model(kind).to(device)
+        packed = copy.deepcopy(stock)
+        with run_precision(RunPrecision(device.type, None if dtype == torch.float32 else dtype)):
+            optimize(stock, **ANSWERED)
+            report = optimize(packed, **ANSWERED)
+            why = pack_answered_calls(report)
+        if why is not None:
+            return {**row, "result": "FAIL", "note": f"not packed: {why}"}
+        batch = {k: v.to(device) for k, v in padded_batch(stock).items()}
+        tokens = _count_packed_tokens(report.padding_free)
+        expected, got = _scored_call(stock, batch, device, dtype), _scored_call(packed, batch, device, dtype)
+        loss_rel, grad_rel, finite = differences(expected, got)
+    except Exception as error:  # a row that breaks is reported, the check goes on
+        return {**row, "result": "ERROR", "note": _one_line(error)}
+    real = int(batch["attention_mask"].sum())
+    if tokens != [real]:
+        return {**row, "result": "FAIL", "note": f"packed calls' tokens {tokens}, expected one call of {real}"}
+    ok = finite and loss_rel <= TOLERANCE[dtype] and grad_rel <= TOLERANCE[dtype]
+    return {
+        **row,
+        "loss rel. diff": f"{loss_rel:.2e}",
+        "max grad rel. diff": f"{grad_rel:.2e}",
+        "finite": "yes" if finite else "NO",
+        "result": "PASS" if ok else "FAIL",
+        "note": "weighted sum of per-row log-probs",
+    }
+
+
+def _count_packed_tokens(packer) -> list:
+    """Each call's packed token count (None: it stayed padded), as `packer` packs them."""
+    tokens, pack = [], packer.pack
+
+    def counted(*args):
+        packed = pack(*args)
+        tokens.append(None if packed is None else packed[2])
+        return packed
+
+    packer.pack = counted
+    return tokens
+
+
+def _scored_call(model, batch: dict, device: torch.device, dtype: torch.dtype):
+    model.train()
+    model.zero_grad(set_to_none=True)
+    with autocast(device, dtype):
+        out = model(**batch, use_cache=False, fused_lm_head=True)
+    weights = torch.linspace(0.5, 2.0, out.log_probs.shape[0], device=device)[:, None]  # DPO's factor per row
+    loss = (out.log_probs.float() * weights).sum()
+    loss.backward()
+    grads = {n: p.grad.detach().float().clone() for n, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), grads
 
 
 # --- host syncs ---------------------------------------------------------------------------------------------
