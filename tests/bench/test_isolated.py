@@ -10,8 +10,7 @@ import pytest
 
 from tests.bench.tiny import tiny_workload
 from turbotrain.bench.initial_model import ModelFile
-from turbotrain.bench.isolated import run_segment_isolated
-from turbotrain.bench.runner import run_bench
+from turbotrain.bench.runner import run_bench, run_segment_isolated
 
 
 class DiesWhenUnpickled:

@@ -44,8 +44,8 @@ from rich.console import Console
 from rich.progress import Progress
 
 from turbotrain.bench.counting import BatchCount, BatchCounter
-from turbotrain.bench.initial_model import SpilledModel
-from turbotrain.bench.isolated import run_segment_isolated
+from turbotrain.bench.initial_model import ModelFile, SpilledModel
+from turbotrain.bench.isolated import call_in_process
 from turbotrain.bench.report import environment, write_reports
 from turbotrain.bench.workload import UNIT_KEYS, Workload
 from turbotrain.measure.flops import ModelFlops, step_flops
@@ -141,12 +141,25 @@ def run_segment(workload: Workload, peer: str, model, data, runs: PeerRuns, memo
         runs.backend_report = record.backend_report  # cumulative over the rounds so far
 
 
-def add_isolated(runs: PeerRuns, result) -> None:
-    """Add a segment run in a process of its own (isolated.py) to its peer's runs."""
-    runs.segments.append(result.segment)
-    runs.backend, runs.passes = result.backend, result.passes
-    if result.backend_report:
-        runs.backend_report = result.backend_report  # that round's alone: a child sees no earlier round
+def run_segment_isolated(workload: Workload, peer: str, initial: ModelFile, data, device, round_index: int):
+    """`peer`'s segment in a process of its own (isolated.py): a `PeerRuns` of that one segment, as the child
+    measured it (its own peak and start memory; the backend report of that round alone)."""
+    where = f"the '{peer}' peer's segment (round {round_index + 1}) in a process of its own"
+    return call_in_process(_segment_in_child, workload, peer, initial, data, device, where=where)
+
+
+def _segment_in_child(workload: Workload, peer: str, initial: ModelFile, data, device) -> PeerRuns:
+    runs = PeerRuns(peer)
+    run_segment(workload, peer, initial, data, runs, PeakMemory(device))
+    return runs
+
+
+def add_isolated(runs: PeerRuns, isolated: PeerRuns) -> None:
+    """Add a segment run in a process of its own to its peer's runs."""
+    runs.segments += isolated.segments
+    runs.backend, runs.passes = isolated.backend, isolated.passes
+    if isolated.backend_report:
+        runs.backend_report = isolated.backend_report  # that round's alone: a child sees no earlier round
 
 
 def step_pairs(runs: PeerRuns, reference: PeerRuns) -> tuple[list[tuple[float, float]], int]:
