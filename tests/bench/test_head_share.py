@@ -15,6 +15,8 @@ def test_bounds_follow_from_the_times():
     assert share.bound_sparse == pytest.approx(100 / 70)
     assert share.bound_free_head == pytest.approx(100 / 60)
     assert "at most 1.429x" in str(share)
+    noisy = HeadShare(step_ms=10.0, head_dense_ms=12.0, head_sparse_ms=1.0)  # the head alone timed longer
+    assert noisy.bound_sparse == noisy.bound_free_head == float("inf")  # no bound measured, never a negative one
 
 
 def test_measures_a_seq2seq_model_and_runs_the_sparse_head_on_kept_rows():

@@ -42,13 +42,14 @@ class HeadShare:
 
     @property
     def bound_sparse(self) -> float:
-        """The largest step speed-up label sparsity can give here."""
-        return self.step_ms / (self.step_ms - self.head_dense_ms + self.head_sparse_ms)
+        """The largest step speed-up label sparsity can give here (inf where the head alone timed at least as
+        long as the whole step: timing noise at tiny sizes, no bound measured)."""
+        return _speedup(self.step_ms, self.step_ms - self.head_dense_ms + self.head_sparse_ms)
 
     @property
     def bound_free_head(self) -> float:
-        """The speed-up if the head and loss cost nothing at all."""
-        return self.step_ms / (self.step_ms - self.head_dense_ms)
+        """The speed-up if the head and loss cost nothing at all (inf where nothing else was measured)."""
+        return _speedup(self.step_ms, self.step_ms - self.head_dense_ms)
 
     def __str__(self) -> str:
         return (
@@ -56,6 +57,10 @@ class HeadShare:
             f"step), {self.head_sparse_ms:.0f} ms on the labelled rows; so label sparsity can give at most "
             f"{self.bound_sparse:.3f}x here, and a head costing nothing {self.bound_free_head:.3f}x"
         )
+
+
+def _speedup(step_ms: float, rest_ms: float) -> float:
+    return step_ms / rest_ms if rest_ms > 0 else float("inf")
 
 
 def _head_step(head: nn.Module, labels: torch.Tensor, hidden_size: int, sparse: bool) -> None:
