@@ -187,6 +187,12 @@ def _parity_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
         loss_rel, grad_rel, finite = differences(expected, got)
     except Exception as error:  # a row that breaks is reported, the check goes on
         return {**row, "result": "ERROR", "note": _one_line(error)}
+    return verdict(row, dtype, (loss_rel, grad_rel, finite), "applied: " + (", ".join(applied) or "none"))
+
+
+def verdict(row: dict, dtype: torch.dtype, measured: tuple[float, float, bool], note: str) -> dict:
+    """`row` with its differences (`differences()`'s answer) and PASS or FAIL against the dtype's tolerance."""
+    loss_rel, grad_rel, finite = measured
     ok = finite and loss_rel <= TOLERANCE[dtype] and grad_rel <= TOLERANCE[dtype]
     return {
         **row,
@@ -194,7 +200,7 @@ def _parity_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
         "max grad rel. diff": f"{grad_rel:.2e}",
         "finite": "yes" if finite else "NO",
         "result": "PASS" if ok else "FAIL",
-        "note": "applied: " + (", ".join(applied) or "none"),
+        "note": note,
     }
 
 
@@ -252,15 +258,7 @@ def _scored_call_row(kind: str, device: torch.device, dtype: torch.dtype) -> dic
     real = int(batch["attention_mask"].sum())
     if tokens != [real]:
         return {**row, "result": "FAIL", "note": f"packed calls' tokens {tokens}, expected one call of {real}"}
-    ok = finite and loss_rel <= TOLERANCE[dtype] and grad_rel <= TOLERANCE[dtype]
-    return {
-        **row,
-        "loss rel. diff": f"{loss_rel:.2e}",
-        "max grad rel. diff": f"{grad_rel:.2e}",
-        "finite": "yes" if finite else "NO",
-        "result": "PASS" if ok else "FAIL",
-        "note": "weighted sum of per-row log-probs",
-    }
+    return verdict(row, dtype, (loss_rel, grad_rel, finite), "weighted sum of per-row log-probs")
 
 
 def _count_packed_tokens(packer) -> list:
