@@ -30,6 +30,20 @@ def test_inductor_takes_config_patches_with_the_exact_keys():
         assert hasattr(config, key), key
 
 
+def test_saved_tensors_hooks_active_sees_checkpointing_and_user_hooks():
+    assert not torch_boundary.saved_tensors_hooks_active()
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t):
+        assert torch_boundary.saved_tensors_hooks_active()
+    with torch.autograd.graph.save_on_cpu():
+        assert torch_boundary.saved_tensors_hooks_active()
+    seen = []
+    layer = nn.Linear(2, 2)
+    layer.register_forward_hook(lambda *_: seen.append(torch_boundary.saved_tensors_hooks_active()))
+    torch.utils.checkpoint.checkpoint(layer, torch.ones(1, 2, requires_grad=True), use_reentrant=False)
+    assert seen == [True]
+    assert not torch_boundary.saved_tensors_hooks_active()
+
+
 def test_uncompile_puts_a_compiled_module_back_on_eager():
     module = nn.Linear(2, 2)
     module.compile(backend="eager")

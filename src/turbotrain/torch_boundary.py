@@ -21,6 +21,8 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `will_accumulate(accumulator)`: whether the running backward executes a leaf's gradient accumulator (a
   `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
 * `tensor_version(tensor)`: the tensor's in-place update counter (autocast's cast cache keys on it too).
+* `saved_tensors_hooks_active()`: whether a `torch.autograd.graph.saved_tensors_hooks` context (non-reentrant
+  gradient checkpointing, `save_on_cpu`, a user's) decides now what autograd keeps for the backward.
 * `run_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)`: `torch.autograd.backward`
   past its `__torch_function__` check (`torch.autograd._make_grads`, `torch.autograd.graph._engine_run_backward`),
   so the engine starts under the torch function modes on the stack now (bf16_emulation.py: a mode's handler
@@ -46,6 +48,7 @@ __all__ = [
     "no_duck_shapes",
     "op_arguments",
     "run_backward",
+    "saved_tensors_hooks_active",
     "uncompile",
     "tensor_version",
     "will_accumulate",
@@ -139,6 +142,12 @@ def will_accumulate(accumulator) -> bool:
 
 def tensor_version(tensor: torch.Tensor) -> int:
     return tensor._version
+
+
+def saved_tensors_hooks_active() -> bool:
+    """Whether saved-tensor hooks are on now (`torch._C._autograd._top_saved_tensors_default_hooks`, which
+    torch's checkpoint reads too); they would take over what a nested hook context packs."""
+    return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
 
 
 def view_base(tensor: torch.Tensor) -> torch.Tensor | None:

@@ -76,6 +76,7 @@ def test_embeddings_and_head_in_modules_to_save_get_every_pass_with_stock_gradie
         "padding_free",
         "embedding_grad",
         "fused_lora",
+        "lean_gated_mlp",
     ], report.skipped
     inputs = synthetic_batch(stock, [9, 6, 3], seed=2, ignore_every=3)
     assert_same(loss_and_grads(stock, inputs), loss_and_grads(turbo, inputs))

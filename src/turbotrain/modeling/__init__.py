@@ -15,12 +15,15 @@ asked about, never raising:
   `draws_at_random`), and `has_causal_attention`, which asks the layers' flags first.
 * lengths.py: positions, windows and RoPE rules (`position_offset`, `max_positions`, `attention_spans`,
   `layer_types`, `length_dependent_rope`).
+* gated_mlp.py: the gated MLPs (`gated_mlps`: `down_proj(act_fn(gate_proj(x)) * up_proj(x))` by its layout) and
+  whether an activation keeps only its input for the backward (`keeps_only_its_input`).
 * synthetic.py: `synthetic_batch` (and `speech_features`) for the self-checks and the exporter.
 
 Import order inside the package: tasks <- parts <- probes; tasks <- lengths; tasks, parts <- synthetic.
 """
 
 from turbotrain.batch_keys import IGNORE_INDEX  # the label Transformers' losses skip (named here for every pass)
+from turbotrain.modeling.gated_mlp import gated_mlps, keeps_only_its_input
 from turbotrain.modeling.lengths import (
     SPAN_FIELDS,
     attention_spans,
@@ -85,12 +88,14 @@ __all__ = [
     "draws_at_random",
     "dropout_rate",
     "final_logit_softcapping",
+    "gated_mlps",
     "has_causal_attention",
     "input_embedding",
     "is_causal_lm",
     "is_language_model",
     "is_peft_model",
     "is_seq2seq_lm",
+    "keeps_only_its_input",
     "layer_types",
     "length_dependent_rope",
     "max_positions",

@@ -20,6 +20,7 @@ from turbotrain.passes import (  # noqa: F401  (registration: one line per pass 
     fused_lora,
     fused_optimizer,
     label_sparsity,
+    lean_gated_mlp,
     padding_free,
 )
 from turbotrain.passes.fused_optimizer import fused_adamw, has_fused_adamw, resolve_optim_name

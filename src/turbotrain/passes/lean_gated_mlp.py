@@ -1,0 +1,198 @@
+"""Lean gated MLP: keep gate and up for the backward, make act(gate) and act(gate)·up again from them.
+
+A gated MLP (`modeling.gated_mlps`: Llama, Mistral, Qwen2/3, Gemma) computes, with x [N, hidden] and the
+MLP's width I,
+
+    gate = gate_proj(x)   up = up_proj(x)   a = act(gate)   h = a · up   out = down_proj(h)
+
+and autograd keeps four [N, I] tensors until the backward: gate (the activation's), a and up (the
+product's), h (down_proj's, for its weight's or LoRA A's gradient). At Qwen2.5-0.5B's shape (I = 4,864 =
+5.4 × hidden) they are ~80% of what a LoRA layer keeps. Here a and h are not kept: what autograd would save
+of them is replaced by a recipe (`torch.autograd.graph.saved_tensors_hooks`), and the backward makes them
+again from gate and up, which stay kept anyway: two elementwise kernels per MLP (one act, one product;
+the act made for h is handed on to the product's backward), no GEMM. Two of the four tensors go.
+
+Exact: the recomputation runs the same kernels on the same inputs under the same autocast state, so a and h
+come back bit for bit; loss and every gradient equal stock's (tests/passes/test_lean_gated_mlp.py: fp32
+bitwise, bf16 too). Whatever the saved tensor is (h itself, the 2-D view a linear layer keeps, the input of
+turbotrain's fused LoRA op), it is recognised by its storage and made again with the same view.
+
+Where: every gated MLP whose activation keeps only its input (SiLU, GELU as one kernel: otherwise gate would
+be kept longer than stock keeps it), on each call that builds a graph: gradients on, gate and up needing
+them, a plain tensor on a CPU or CUDA device, no other saved-tensor hooks on (gradient checkpointing without reentrant, `save_on_cpu`: they decide
+what is kept; under reentrant checkpointing the recomputed forward is lean), not compiling or tracing
+(compiled graphs choose what they keep themselves). Any other call runs the module's own forward. At install,
+one module of each class is compared with its own forward and backward on a small random input; a class
+that differs stays stock (one warning). `remove()` takes the forwards off; parameters are untouched.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from turbotrain.modeling import gated_mlps
+from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.torch_boundary import saved_tensors_hooks_active
+from turbotrain.utils.warnings import warn_once
+
+AUTOCAST_DEVICES = ("cpu", "cuda")  # where the forward's autocast state is read and set again for the remaking
+
+
+class _Remade:
+    """A saved tensor autograd does not keep: the view of the remade tensor to hand back."""
+
+    __slots__ = ("make", "offset", "size", "stride")
+
+    def __init__(self, make: Callable[[], torch.Tensor], saved: torch.Tensor):
+        self.make, self.size, self.stride, self.offset = make, saved.size(), saved.stride(), saved.storage_offset()
+
+    def unpack(self) -> torch.Tensor:
+        return self.make().as_strided(self.size, self.stride, self.offset)
+
+
+def _remade_when_saved(target: torch.Tensor, make: Callable[[], torch.Tensor]):
+    """Saved-tensor hooks under which a save of `target` (or of any view of its storage) keeps `make` instead."""
+    storage, dtype = target.untyped_storage().data_ptr(), target.dtype  # not `target`: autograd keeps the hooks
+
+    def pack(saved: torch.Tensor):
+        same = saved.dtype == dtype and saved.untyped_storage().data_ptr() == storage
+        return _Remade(make, saved) if same else saved
+
+    def unpack(packed):
+        return packed.unpack() if isinstance(packed, _Remade) else packed
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
+
+
+class _Recipe:
+    """How one call's a = act(gate) and h = a · up are made again in the backward, under the forward's autocast.
+    down_proj's backward runs first and makes a on the way to h; the product's backward takes that a."""
+
+    def __init__(self, act: nn.Module, gate: torch.Tensor, up: torch.Tensor):
+        self.act, self.gate, self.up = act, gate, up
+        device = gate.device.type
+        self.autocast = (device, torch.get_autocast_dtype(device), torch.is_autocast_enabled(device))
+        self.handed_on: torch.Tensor | None = None
+
+    def activation(self) -> torch.Tensor:
+        made, self.handed_on = self.handed_on, None
+        if made is not None:
+            return made
+        device, dtype, enabled = self.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            return self.act(self.gate)
+
+    def product(self) -> torch.Tensor:
+        activation = self.activation()
+        self.handed_on = activation
+        device, dtype, enabled = self.autocast
+        with torch.autocast(device, dtype=dtype, enabled=enabled):
+            return activation * self.up
+
+
+def _contiguous_own_storage(tensor: torch.Tensor) -> bool:
+    """Made fresh by its op: contiguous, alone in its storage from offset 0 (so the storage identifies it)."""
+    nbytes = tensor.numel() * tensor.element_size()
+    return tensor.is_contiguous() and tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == nbytes
+
+
+def _lean_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+    stock = type(self).forward
+    if args or kwargs or not torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return stock(self, x, *args, **kwargs)
+    if type(x) is not torch.Tensor or x.device.type not in AUTOCAST_DEVICES or saved_tensors_hooks_active():
+        return stock(self, x)  # a traced or wrapped tensor (fake, functional, DTensor): its storage is not its own
+    if torch.compiler.is_exporting():
+        return stock(self, x)
+    gate, up = self.gate_proj(x), self.up_proj(x)  # stock's order of calls (a LoRA dropout draws in this order)
+    if not (gate.requires_grad and up.requires_grad):  # nothing saved of them: keeping them would add memory
+        return self.down_proj(self.act_fn(gate) * up)
+    recipe = _Recipe(self.act_fn, gate, up)
+    activation = self.act_fn(gate)
+    if not _contiguous_own_storage(activation):
+        return self.down_proj(activation * up)
+    with _remade_when_saved(activation, recipe.activation):
+        hidden = activation * up
+    if not _contiguous_own_storage(hidden):
+        return self.down_proj(hidden)
+    with _remade_when_saved(hidden, recipe.product):
+        return self.down_proj(hidden)
+
+
+class LeanGatedMlp:
+    """The installed pass: the MLPs whose forward keeps only gate and up; `remove()` restores stock's."""
+
+    def __init__(self, modules: list[nn.Module]):
+        self.modules = modules
+        for module in modules:
+            module.forward = types.MethodType(_lean_forward, module)
+
+    def remove(self) -> None:
+        for module in self.modules:
+            module.__dict__.pop("forward", None)
+        self.modules = []
+
+
+def _parameter(module: nn.Module) -> torch.Tensor:
+    return next(module.parameters())
+
+
+def _mismatch(module: nn.Module) -> str | None:
+    """Stock and lean forward and backward of `module` on a small random input: None if they agree."""
+    weight = _parameter(module)
+    width = getattr(module.gate_proj, "in_features", None)
+    if width is None:
+        return "a gate projection without in_features"
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 3, width, generator=generator).to(weight.device, weight.dtype).requires_grad_()
+    try:
+        with torch.enable_grad():
+            results = []
+            for forward in (type(module).forward, _lean_forward):
+                out = forward(module, x)
+                results.append([out, *torch.autograd.grad(out, [x], torch.ones_like(out))])
+    except Exception as error:  # the check must never take training down with it
+        return f"the lean forward raised {type(error).__name__}: {error}"
+    tolerance = 1e-5 if weight.dtype == torch.float32 else 1e-2
+    for expected, got in zip(*results):
+        if expected.shape != got.shape or not (got - expected).abs().max() <= tolerance * expected.abs().max():
+            return "its forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x))"
+    return None
+
+
+def _checked(modules: list[nn.Module]) -> list[nn.Module]:
+    """The modules of each class whose first member computes what the lean forward computes."""
+    verdicts: dict[type, str | None] = {}
+    for module in modules:
+        if type(module) not in verdicts:
+            verdicts[type(module)] = _mismatch(module)
+            if verdicts[type(module)] is not None:
+                warn_once(f"turbotrain: lean_gated_mlp left {type(module).__name__} stock: {verdicts[type(module)]}")
+    return [module for module in modules if verdicts[type(module)] is None]
+
+
+def apply_lean_gated_mlp(model: nn.Module, check: bool = True) -> LeanGatedMlp | None:
+    """Make the model's gated MLPs keep only gate and up for the backward; None if it has none (or none pass)."""
+    modules = gated_mlps(model)
+    if check:
+        modules = _checked(modules)
+    return LeanGatedMlp(modules) if modules else None
+
+
+register_pass(
+    PassSpec(
+        name="lean_gated_mlp",
+        help=(
+            "Gated MLPs (Llama, Mistral, Qwen2, Gemma) keep only gate and up for the backward and make act(gate) "
+            "and act(gate)*up again there: two elementwise kernels, two fewer [tokens, MLP width] tensors kept, "
+            "bit-exact (passes/lean_gated_mlp.py)."
+        ),
+        order=57,
+        install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
+        refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do
+    )
+)

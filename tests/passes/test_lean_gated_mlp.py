@@ -1,0 +1,237 @@
+"""Lean gated MLP: the same loss and every gradient as stock, bit for bit in fp32 (full fine-tune and LoRA, with
+PEFT's forward and with turbotrain's fused LoRA op), close in bf16; act(gate) and act(gate)*up are really not
+kept; the pass steps aside where it must (gradient checkpointing, other saved-tensor hooks, no gradients) and
+refuses a module laid out as a gated MLP that computes something else. Shapes: Llama-3.2-1B's head ratio
+(tiny), Qwen2.5-0.5B's and Gemma-3-270m's published hidden / MLP width / heads / key-value heads with one or
+two layers (Gemma-3's sliding window set below the sequence length); the vocabulary is small (the MLP never
+sees it)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import pytest
+import torch
+from torch import nn
+from torch.multiprocessing.reductions import StorageWeakRef
+
+from tests.parity import assert_same, loss_and_grads
+from tests.tiny_models import VOCAB
+from turbotrain.modeling import gated_mlps, synthetic_batch
+from turbotrain.passes import lean_gated_mlp
+from turbotrain.passes.fused_lora import apply_fused_lora
+from turbotrain.passes.lean_gated_mlp import apply_lean_gated_mlp
+from turbotrain.passes.optimize import optimize
+
+pytestmark = pytest.mark.requires_llm
+
+ODD_BATCHES = ([37, 37, 37], [37, 20, 1])
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def llama(dtype=torch.float32):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
+        num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0,
+    )  # fmt: skip
+    return LlamaForCausalLM(config).to(dtype)
+
+
+def qwen2_5_0_5b_mlp(dtype=torch.float32):
+    """Qwen2.5-0.5B's hidden 896, MLP 4,864, 14 heads / 2 key-value heads, SiLU; one layer."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen2Config(
+        vocab_size=VOCAB, hidden_size=896, intermediate_size=4864, num_hidden_layers=1, num_attention_heads=14,
+        num_key_value_heads=2, tie_word_embeddings=True, pad_token_id=0,
+    )  # fmt: skip
+    return Qwen2ForCausalLM(config).to(dtype)
+
+
+def gemma3_270m(dtype=torch.float32):
+    """Gemma-3-270m's hidden 640, MLP 2,048, 4 heads / 1 key-value head of 256, tanh GELU; a sliding layer
+    (window 8, below the batches' 37) and a global one."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(
+        vocab_size=VOCAB, hidden_size=640, intermediate_size=2048, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, head_dim=256, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+        pad_token_id=0,
+    )  # fmt: skip
+    return Gemma3ForCausalLM(config).to(dtype)
+
+
+FAMILIES = {"llama": llama, "qwen2.5-0.5b": qwen2_5_0_5b_mlp, "gemma3-270m": gemma3_270m}
+
+
+def with_lora(model):
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, lora_dropout=0.0, init_lora_weights=False)
+    return get_peft_model(model, config, autocast_adapter_dtype=False)
+
+
+def stock_and_lean(build, lora: str | None = None, dtype=torch.float32):
+    stock = build(dtype)
+    if lora is not None:
+        stock = with_lora(stock)
+        if lora == "fused":
+            apply_fused_lora(stock)
+    lean = copy.deepcopy(stock)
+    if lora == "fused":
+        apply_fused_lora(lean)  # deepcopy keeps the instance forwards; installing again is harmless
+    installed = apply_lean_gated_mlp(lean)
+    assert installed is not None and len(installed.modules) == len(gated_mlps(stock))
+    return stock, lean, installed
+
+
+@pytest.mark.parametrize("lora", [None, "peft", "fused"], ids=["full", "peft-lora", "fused-lora"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_loss_and_every_gradient_are_stock_bit_for_bit_in_fp32(family, lora):
+    stock, lean, _ = stock_and_lean(FAMILIES[family], lora)
+    for seed, lengths in enumerate(ODD_BATCHES):
+        batch = synthetic_batch(stock, lengths, seed=seed)
+        assert_same(loss_and_grads(stock, batch), loss_and_grads(lean, batch), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("autocast", [False, True], ids=["bf16-weights", "fp32-weights-bf16-autocast"])
+def test_bf16_stays_with_stock(autocast):
+    dtype = torch.float32 if autocast else torch.bfloat16
+    stock, lean, _ = stock_and_lean(gemma3_270m, "peft", dtype=dtype)
+    batch = synthetic_batch(stock, [37, 20, 1], seed=3)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        expected, got = loss_and_grads(stock, batch), loss_and_grads(lean, batch)
+    assert_same(expected, got, dtype=torch.bfloat16)
+
+
+def _kept_after_forward(model, batch) -> list[bool]:
+    """Whether the first MLP's act(gate) and act(gate)*up storages are still alive once the forward returned."""
+    mlp = gated_mlps(model)[0]
+    refs = []
+    hooks = [
+        mlp.act_fn.register_forward_hook(lambda module, args, out: refs.append(StorageWeakRef(out.untyped_storage()))),
+        mlp.down_proj.register_forward_pre_hook(lambda module, args: refs.append(StorageWeakRef(args[0].untyped_storage()))),
+    ]  # fmt: skip
+    model.train()
+    loss = model(**batch).loss
+    kept = [not ref.expired() for ref in refs]
+    loss.backward()
+    for hook in hooks:
+        hook.remove()
+    return kept
+
+
+@pytest.mark.parametrize("lora", [None, "fused"], ids=["full", "fused-lora"])
+def test_the_activation_and_the_product_are_not_kept(lora):
+    stock, lean, _ = stock_and_lean(llama, lora)
+    batch = synthetic_batch(stock, [37, 20], seed=0)
+    assert _kept_after_forward(stock, batch) == [True, True]
+    assert _kept_after_forward(lean, batch) == [False, False]
+
+
+def _lean_calls(monkeypatch) -> list[int]:
+    calls = []
+    real = lean_gated_mlp._Recipe.__init__
+
+    def counting(self, *args):
+        calls.append(1)
+        real(self, *args)
+
+    monkeypatch.setattr(lean_gated_mlp._Recipe, "__init__", counting)
+    return calls
+
+
+@pytest.mark.parametrize("reentrant", [False, True], ids=["non-reentrant", "reentrant"])
+def test_under_gradient_checkpointing_it_is_exact(monkeypatch, reentrant):
+    """Non-reentrant checkpointing packs what is saved itself: the lean forward steps aside. Reentrant
+    checkpointing runs the forward without gradients, then again with them in the backward: lean there."""
+    stock, lean, _ = stock_and_lean(llama)
+    for model in (stock, lean):
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+    batch = synthetic_batch(stock, [37, 20], seed=1)
+    calls = _lean_calls(monkeypatch)
+    assert_same(loss_and_grads(stock, batch), loss_and_grads(lean, batch), rtol=0, atol=0)
+    assert len(calls) == (2 if reentrant else 0)  # two layers, each recomputed once in the backward
+
+
+def test_it_steps_aside_under_other_saved_tensor_hooks_and_without_gradients(monkeypatch):
+    stock, lean, _ = stock_and_lean(llama)
+    batch = synthetic_batch(stock, [37, 20], seed=2)
+    calls = _lean_calls(monkeypatch)
+    with torch.autograd.graph.save_on_cpu():
+        assert_same(loss_and_grads(stock, batch), loss_and_grads(lean, batch), rtol=0, atol=0)
+    with torch.no_grad():
+        torch.testing.assert_close(lean(**batch).loss, stock(**batch).loss, rtol=0, atol=0)
+    assert calls == []
+    loss_and_grads(lean, batch)
+    assert len(calls) == 2
+
+
+class SwappedMlp(nn.Module):
+    """Laid out as a gated MLP, but the activation is on the up projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(8, 16), nn.Linear(8, 16), nn.Linear(16, 8)
+        self.act_fn = nn.SiLU()
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.up_proj(x)) * self.gate_proj(x))
+
+
+def test_a_gated_layout_that_computes_something_else_stays_stock(caplog):
+    model = nn.Sequential(SwappedMlp())
+    assert gated_mlps(model) == [model[0]]
+    with caplog.at_level(logging.WARNING):
+        assert apply_lean_gated_mlp(model) is None
+    assert "left SwappedMlp stock" in caplog.text
+    assert "forward" not in model[0].__dict__
+
+
+def test_activations_that_keep_more_than_their_input_are_not_taken():
+    from transformers.activations import ACT2FN
+
+    mlp = SwappedMlp()
+    for name, taken in (("silu", True), ("gelu", True), ("gelu_pytorch_tanh", True), ("gelu_new", False)):
+        mlp.act_fn = ACT2FN[name]
+        assert (gated_mlps(mlp) == [mlp]) is taken, name
+    mlp.act_fn = nn.ReLU()
+    assert gated_mlps(mlp) == []
+
+
+def test_optimize_installs_it_on_gated_models_only_and_remove_restores():
+    from tests.tiny_models import make
+
+    model = llama()
+    report = optimize(model)
+    assert "lean_gated_mlp" in report.applied
+    assert all("forward" in mlp.__dict__ for mlp in gated_mlps(model))
+    report.undo()
+    assert not any("forward" in mlp.__dict__ for mlp in gated_mlps(model))
+    assert "lean_gated_mlp" not in optimize(make("gpt2")).applied
+    assert "lean_gated_mlp" not in optimize(llama(), lean_gated_mlp=False).applied
+
+
+def test_turbo_trainer_golden_losses_match_stock_trainer(tmp_path):
+    from tests.trainer_helpers import (
+        RightPaddingCollator,
+        assert_losses_close,
+        stock_trainer,
+        train_losses,
+        turbo_trainer,
+        variable_length_dataset,
+    )
+
+    common = dict(train_dataset=variable_length_dataset(n=24, max_len=37), learning_rate=5e-3, max_steps=6)
+    stock = stock_trainer("llama", tmp_path, model=llama(), **common)
+    turbo = turbo_trainer("llama", tmp_path, model=llama(), **common)
+    for trainer in (stock, turbo):
+        trainer.data_collator = RightPaddingCollator()
+    assert "lean_gated_mlp" in turbo.turbo_report.applied, turbo.turbo_report
+    assert_losses_close(train_losses(turbo), train_losses(stock), rtol=1e-5)
