@@ -109,6 +109,7 @@ CASES = [
     Case("embedding_grad", "llama", dict(label_sparsity=False, padding_free=False, embedding_grad=False), True),
     Case("embedding_grad", "roberta", dict(label_sparsity=False, padding_free=False, embedding_grad=False), True),
     Case("fused_activation", "gpt2", dict(label_sparsity=False, padding_free=False, embedding_grad=False)),
+    Case("lean_gated_mlp", "llama", dict(label_sparsity=False, padding_free=False, embedding_grad=False)),
     Case("all (defaults)", "qwen2-152k", dict(chunked_cross_entropy="always")),
     Case("all (defaults)", "llama", dict()),
 ]

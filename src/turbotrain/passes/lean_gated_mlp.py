@@ -10,20 +10,24 @@ product's), h (down_proj's, for its weight's or LoRA A's gradient). At Qwen2.5-0
 5.4 × hidden) they are ~80% of what a LoRA layer keeps. Here a and h are not kept: what autograd would save
 of them is replaced by a recipe (`torch.autograd.graph.saved_tensors_hooks`), and the backward makes them
 again from gate and up, which stay kept anyway: two elementwise kernels per MLP (one act, one product;
-the act made for h is handed on to the product's backward), no GEMM. Two of the four tensors go.
+the act made for h is handed on to the product's backward), no GEMM. Two of the four tensors go; the MLP's
+forward and backward take 1% (full fine-tune) to 4% (fused LoRA) longer at that shape
+(scripts/lean_mlp_cost.py; benchmarks/2026-12-04-cpu-lean-gated-mlp.md).
 
 Exact: the recomputation runs the same kernels on the same inputs under the same autocast state, so a and h
-come back bit for bit; loss and every gradient equal stock's (tests/passes/test_lean_gated_mlp.py: fp32
-bitwise, bf16 too). Whatever the saved tensor is (h itself, the 2-D view a linear layer keeps, the input of
-turbotrain's fused LoRA op), it is recognised by its storage and made again with the same view.
+come back bit for bit; loss and every gradient equal stock's bit for bit (tests/passes/test_lean_gated_mlp.py:
+fp32 and bf16, bf16 weights or autocast). Whatever the saved tensor is (h itself, the 2-D view a linear layer
+keeps, the input of turbotrain's fused LoRA op), it is recognised by its storage and made again with the same
+view.
 
 Where: every gated MLP whose activation keeps only its input (SiLU, GELU as one kernel: otherwise gate would
 be kept longer than stock keeps it), on each call that builds a graph: gradients on, gate and up needing
-them, a plain tensor on a CPU or CUDA device, no other saved-tensor hooks on (gradient checkpointing without reentrant, `save_on_cpu`: they decide
-what is kept; under reentrant checkpointing the recomputed forward is lean), not compiling or tracing
-(compiled graphs choose what they keep themselves). Any other call runs the module's own forward. At install,
-one module of each class is compared with its own forward and backward on a small random input; a class
-that differs stays stock (one warning). `remove()` takes the forwards off; parameters are untouched.
+them, a plain tensor on a CPU or CUDA device, no other saved-tensor hooks on (non-reentrant gradient
+checkpointing, `save_on_cpu`: they decide what is kept; under reentrant checkpointing the recomputed forward
+is lean), not compiling, exporting or tracing (compiled graphs choose what they keep themselves). Any other
+call runs the module's own forward. At install, one module of each class is compared with its own forward and
+backward on a small random input; a class that differs stays stock (one warning). `remove()` takes the
+forwards off; parameters are untouched.
 """
 
 from __future__ import annotations
