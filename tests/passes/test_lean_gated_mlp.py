@@ -24,8 +24,6 @@ from turbotrain.passes.fused_lora import apply_fused_lora
 from turbotrain.passes.lean_gated_mlp import apply_lean_gated_mlp
 from turbotrain.passes.optimize import optimize
 
-pytestmark = pytest.mark.requires_llm
-
 ODD_BATCHES = ([37, 37, 37], [37, 20, 1])
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -91,7 +89,14 @@ def stock_and_lean(build, lora: str | None = None, dtype=torch.float32):
     return stock, lean, installed
 
 
-@pytest.mark.parametrize("lora", [None, "peft", "fused"], ids=["full", "peft-lora", "fused-lora"])
+LLM = pytest.mark.requires_llm  # PEFT's LoRA: the llm extra
+
+
+@pytest.mark.parametrize(
+    "lora",
+    [None, pytest.param("peft", marks=LLM), pytest.param("fused", marks=LLM)],
+    ids=["full", "peft-lora", "fused-lora"],
+)
 @pytest.mark.parametrize("family", FAMILIES)
 def test_loss_and_every_gradient_are_stock_bit_for_bit_in_fp32(family, lora):
     stock, lean, _ = stock_and_lean(FAMILIES[family], lora)
@@ -100,10 +105,11 @@ def test_loss_and_every_gradient_are_stock_bit_for_bit_in_fp32(family, lora):
         assert_same(loss_and_grads(stock, batch), loss_and_grads(lean, batch), rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("lora", [None, pytest.param("peft", marks=LLM)], ids=["full", "peft-lora"])
 @pytest.mark.parametrize("autocast", [False, True], ids=["bf16-weights", "fp32-weights-bf16-autocast"])
-def test_bf16_is_stock_bit_for_bit_too(autocast):
+def test_bf16_is_stock_bit_for_bit_too(autocast, lora):
     dtype = torch.float32 if autocast else torch.bfloat16
-    stock, lean, _ = stock_and_lean(gemma3_270m, "peft", dtype=dtype)
+    stock, lean, _ = stock_and_lean(gemma3_270m, lora, dtype=dtype)
     batch = synthetic_batch(stock, [37, 20, 1], seed=3)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         expected, got = loss_and_grads(stock, batch), loss_and_grads(lean, batch)
@@ -127,7 +133,7 @@ def _kept_after_forward(model, batch) -> list[bool]:
     return kept
 
 
-@pytest.mark.parametrize("lora", [None, "fused"], ids=["full", "fused-lora"])
+@pytest.mark.parametrize("lora", [None, pytest.param("fused", marks=LLM)], ids=["full", "fused-lora"])
 def test_the_activation_and_the_product_are_not_kept(lora):
     stock, lean, _ = stock_and_lean(llama, lora)
     batch = synthetic_batch(stock, [37, 20], seed=0)
