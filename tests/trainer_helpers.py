@@ -53,6 +53,19 @@ def assert_losses_close(turbo: list[float], stock: list[float], rtol: float = 1e
         assert abs(a - b) <= rtol * abs(b), f"step {step}: turbo {a} vs stock {b}"
 
 
+def assert_pass_trains_as_stock(tmp_path, build, pass_name: str, rtol: float = 1e-5):
+    """Golden losses for one pass: stock `Trainer` and `TurboTrainer`, each on its own `build()` (the same seed's
+    model), 6 steps of right-padded rows of varied length; `pass_name` must be installed. Returns both trainers."""
+    common = dict(train_dataset=variable_length_dataset(n=24, max_len=37), learning_rate=5e-3, max_steps=6)
+    stock = stock_trainer("llama", tmp_path, model=build(), **common)
+    turbo = turbo_trainer("llama", tmp_path, model=build(), **common)
+    for trainer in (stock, turbo):
+        trainer.data_collator = RightPaddingCollator()
+    assert pass_name in turbo.turbo_report.applied, turbo.turbo_report
+    assert_losses_close(train_losses(turbo), train_losses(stock), rtol=rtol)
+    return stock, turbo
+
+
 class StepRecorder(TrainerCallback):
     def __init__(self):
         self.steps = []

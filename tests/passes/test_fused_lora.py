@@ -295,22 +295,9 @@ def test_optimize_installs_it_and_undo_removes_it():
 
 
 def test_turbo_trainer_golden_losses_match_stock_trainer(tmp_path):
-    from tests.trainer_helpers import (
-        RightPaddingCollator,
-        assert_losses_close,
-        stock_trainer,
-        train_losses,
-        turbo_trainer,
-        variable_length_dataset,
-    )
+    from tests.trainer_helpers import assert_pass_trains_as_stock
 
-    common = dict(train_dataset=variable_length_dataset(n=24, max_len=37), learning_rate=5e-3, max_steps=6)
-    stock = stock_trainer("llama", tmp_path, model=with_lora(qwen2()), **common)
-    turbo = turbo_trainer("llama", tmp_path, model=with_lora(qwen2()), **common)
-    for trainer in (stock, turbo):
-        trainer.data_collator = RightPaddingCollator()
-    assert "fused_lora" in turbo.turbo_report.applied, turbo.turbo_report
-    assert_losses_close(train_losses(turbo), train_losses(stock), rtol=1e-5)
+    stock, turbo = assert_pass_trains_as_stock(tmp_path, lambda: with_lora(qwen2()), "fused_lora")
     adapters = {n: p for n, p in stock.model.named_parameters() if p.requires_grad}
     for name, param in turbo.model.named_parameters():
         if param.requires_grad:

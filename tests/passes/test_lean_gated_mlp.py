@@ -28,41 +28,33 @@ ODD_BATCHES = ([37, 37, 37], [37, 20, 1])
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-def llama(dtype=torch.float32):
-    from transformers import LlamaConfig, LlamaForCausalLM
+def _decoder(config_class: str, model_class: str, dtype, **fields):
+    """A seeded causal LM of Transformers' `model_class` from `config_class(**fields)`, small vocabulary."""
+    import transformers
 
     torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=VOCAB, hidden_size=64, intermediate_size=256, num_hidden_layers=2, num_attention_heads=8,
-        num_key_value_heads=2, tie_word_embeddings=False, pad_token_id=0,
-    )  # fmt: skip
-    return LlamaForCausalLM(config).to(dtype)
+    config = getattr(transformers, config_class)(vocab_size=VOCAB, pad_token_id=0, **fields)
+    return getattr(transformers, model_class)(config).to(dtype)
+
+
+def llama(dtype=torch.float32):
+    """Llama-3.2-1B's head ratio (4:1 key-value groups), untied head; tiny."""
+    shape = dict(hidden_size=64, intermediate_size=256, num_attention_heads=8, num_key_value_heads=2)
+    return _decoder("LlamaConfig", "LlamaForCausalLM", dtype, num_hidden_layers=2, tie_word_embeddings=False, **shape)
 
 
 def qwen2_5_0_5b_mlp(dtype=torch.float32):
     """Qwen2.5-0.5B's hidden 896, MLP 4,864, 14 heads / 2 key-value heads, SiLU; one layer."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=VOCAB, hidden_size=896, intermediate_size=4864, num_hidden_layers=1, num_attention_heads=14,
-        num_key_value_heads=2, tie_word_embeddings=True, pad_token_id=0,
-    )  # fmt: skip
-    return Qwen2ForCausalLM(config).to(dtype)
+    shape = dict(hidden_size=896, intermediate_size=4864, num_attention_heads=14, num_key_value_heads=2)
+    return _decoder("Qwen2Config", "Qwen2ForCausalLM", dtype, num_hidden_layers=1, tie_word_embeddings=True, **shape)
 
 
 def gemma3_270m(dtype=torch.float32):
     """Gemma-3-270m's hidden 640, MLP 2,048, 4 heads / 1 key-value head of 256, tanh GELU; a sliding layer
     (window 8, below the batches' 37) and a global one."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    torch.manual_seed(0)
-    config = Gemma3TextConfig(
-        vocab_size=VOCAB, hidden_size=640, intermediate_size=2048, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=1, head_dim=256, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-        pad_token_id=0,
-    )  # fmt: skip
-    return Gemma3ForCausalLM(config).to(dtype)
+    shape = dict(hidden_size=640, intermediate_size=2048, num_attention_heads=4, num_key_value_heads=1, head_dim=256)
+    layers = dict(num_hidden_layers=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+    return _decoder("Gemma3TextConfig", "Gemma3ForCausalLM", dtype, **layers, **shape)
 
 
 FAMILIES = {"llama": llama, "qwen2.5-0.5b": qwen2_5_0_5b_mlp, "gemma3-270m": gemma3_270m}
@@ -225,19 +217,6 @@ def test_optimize_installs_it_on_gated_models_only_and_remove_restores():
 
 
 def test_turbo_trainer_golden_losses_match_stock_trainer(tmp_path):
-    from tests.trainer_helpers import (
-        RightPaddingCollator,
-        assert_losses_close,
-        stock_trainer,
-        train_losses,
-        turbo_trainer,
-        variable_length_dataset,
-    )
+    from tests.trainer_helpers import assert_pass_trains_as_stock
 
-    common = dict(train_dataset=variable_length_dataset(n=24, max_len=37), learning_rate=5e-3, max_steps=6)
-    stock = stock_trainer("llama", tmp_path, model=llama(), **common)
-    turbo = turbo_trainer("llama", tmp_path, model=llama(), **common)
-    for trainer in (stock, turbo):
-        trainer.data_collator = RightPaddingCollator()
-    assert "lean_gated_mlp" in turbo.turbo_report.applied, turbo.turbo_report
-    assert_losses_close(train_losses(turbo), train_losses(stock), rtol=1e-5)
+    assert_pass_trains_as_stock(tmp_path, llama, "lean_gated_mlp")
