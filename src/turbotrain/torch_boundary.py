@@ -22,7 +22,10 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
   `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
 * `tensor_version(tensor)`: the tensor's in-place update counter (autocast's cast cache keys on it too).
 * `saved_tensors_hooks_active()`: whether a `torch.autograd.graph.saved_tensors_hooks` context (non-reentrant
-  gradient checkpointing, `save_on_cpu`, a user's) decides now what autograd keeps for the backward.
+  gradient checkpointing, `save_on_cpu`, a user's) decides now what autograd keeps for the backward;
+  `saved_tensors_hooks_refused(tensor)`: whether new saved-tensor hooks cannot be used for a graph on `tensor` (a
+  `torch.func` transform's wrapped tensor, or hooks switched off by torch).
+* `module_hooks_apply(module)`: whether a call of `module` runs forward hooks (its own or global ones).
 * `run_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)`: `torch.autograd.backward`
   past its `__torch_function__` check (`torch.autograd._make_grads`, `torch.autograd.graph._engine_run_backward`),
   so the engine starts under the torch function modes on the stack now (bf16_emulation.py: a mode's handler
@@ -48,7 +51,9 @@ __all__ = [
     "no_duck_shapes",
     "op_arguments",
     "run_backward",
+    "module_hooks_apply",
     "saved_tensors_hooks_active",
+    "saved_tensors_hooks_refused",
     "uncompile",
     "tensor_version",
     "will_accumulate",
@@ -148,6 +153,24 @@ def saved_tensors_hooks_active() -> bool:
     """Whether saved-tensor hooks are on now (`torch._C._autograd._top_saved_tensors_default_hooks`, which
     torch's checkpoint reads too); they would take over what a nested hook context packs."""
     return torch._C._autograd._top_saved_tensors_default_hooks(False) is not None
+
+
+def saved_tensors_hooks_refused(tensor: torch.Tensor) -> bool:
+    """Whether saved-tensor hooks cannot serve a graph built on `tensor`: torch has them off
+    (`torch._C._autograd._saved_tensors_hooks_is_enabled`), or `tensor` is wrapped by a `torch.func` transform
+    (`torch._C._functorch.is_functorch_wrapped_tensor`: grad, vjp, jacrev and vmap refuse the hooks)."""
+    if not torch._C._autograd._saved_tensors_hooks_is_enabled():
+        return True
+    return bool(torch._C._functorch.is_functorch_wrapped_tensor(tensor))
+
+
+def module_hooks_apply(module: nn.Module) -> bool:
+    """Whether calling `module` runs forward hooks: its own (`_forward_hooks`, `_forward_pre_hooks`) or the global
+    ones (`torch.nn.modules.module._global_forward_hooks`, `_global_forward_pre_hooks`)."""
+    from torch.nn.modules import module as module_file
+
+    own = module._forward_hooks or module._forward_pre_hooks
+    return bool(own or module_file._global_forward_hooks or module_file._global_forward_pre_hooks)
 
 
 def view_base(tensor: torch.Tensor) -> torch.Tensor | None:

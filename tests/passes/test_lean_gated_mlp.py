@@ -9,7 +9,6 @@ sees it)."""
 from __future__ import annotations
 
 import copy
-import logging
 
 import pytest
 import torch
@@ -108,9 +107,8 @@ def test_bf16_is_stock_bit_for_bit_too(autocast, lora):
     assert_same(expected, got, rtol=0, atol=0)  # the same bf16 kernels on the same inputs: bit for bit too
 
 
-def _kept_after_forward(model, batch) -> list[bool]:
-    """Whether the first MLP's act(gate) and act(gate)*up storages are still alive once the forward returned."""
-    mlp = gated_mlps(model)[0]
+def _kept_after_forward(model, batch, mlp) -> list[bool]:
+    """Whether `mlp`'s act(gate) and act(gate)*up storages are still alive once the model's forward returned."""
     refs = []
     hooks = [
         mlp.act_fn.register_forward_hook(lambda module, args, out: refs.append(StorageWeakRef(out.untyped_storage()))),
@@ -127,10 +125,10 @@ def _kept_after_forward(model, batch) -> list[bool]:
 
 @pytest.mark.parametrize("lora", [None, pytest.param("fused", marks=LLM)], ids=["full", "fused-lora"])
 def test_the_activation_and_the_product_are_not_kept(lora):
-    stock, lean, _ = stock_and_lean(llama, lora)
+    stock, lean, installed = stock_and_lean(llama, lora)
     batch = synthetic_batch(stock, [37, 20], seed=0)
-    assert _kept_after_forward(stock, batch) == [True, True]
-    assert _kept_after_forward(lean, batch) == [False, False]
+    assert _kept_after_forward(stock, batch, gated_mlps(stock)[0]) == [True, True]
+    assert _kept_after_forward(lean, batch, installed.modules[0]) == [False, False]
 
 
 def _lean_calls(monkeypatch) -> list[int]:
@@ -171,47 +169,132 @@ def test_it_steps_aside_under_other_saved_tensor_hooks_and_without_gradients(mon
     assert len(calls) == 2
 
 
-class SwappedMlp(nn.Module):
-    """Laid out as a gated MLP, but the activation is on the up projection."""
+class PlainMlp(nn.Module):
+    """A gated MLP written as Transformers writes it (`plain_gated_forward`)."""
 
-    def __init__(self):
+    def __init__(self, act: nn.Module | None = None):
         super().__init__()
         self.gate_proj, self.up_proj, self.down_proj = nn.Linear(8, 16), nn.Linear(8, 16), nn.Linear(16, 8)
-        self.act_fn = nn.SiLU()
+        self.act_fn = act if act is not None else nn.SiLU()
+
+    def forward(self, x):
+        down_proj = self.down_proj(self.act_fn(self.gate_proj(x)) * self.up_proj(x))
+        return down_proj
+
+
+class SwappedMlp(PlainMlp):
+    """The same children, the activation on the up projection."""
 
     def forward(self, x):
         return self.down_proj(self.act_fn(self.up_proj(x)) * self.gate_proj(x))
 
 
-def test_a_gated_layout_that_computes_something_else_stays_stock(caplog):
-    model = nn.Sequential(SwappedMlp())
-    assert gated_mlps(model) == [model[0]]
-    with caplog.at_level(logging.WARNING):
-        assert apply_lean_gated_mlp(model) is None
-    assert "left SwappedMlp stock" in caplog.text
-    assert "forward" not in model[0].__dict__
+class DroppingMlp(PlainMlp):
+    """The same children and line, with a dropout on the product (Transformers' GteMLP, T5Gemma's MLP)."""
+
+    def forward(self, x):
+        return self.down_proj(torch.nn.functional.dropout(self.act_fn(self.gate_proj(x)) * self.up_proj(x), 0.1))
+
+
+class ClampedMlp(PlainMlp):
+    """The same children, a clamp only real activations reach (DeepSeek-V4's `swiglu_limit`)."""
+
+    def forward(self, x):
+        return self.down_proj(self.act_fn(self.gate_proj(x)).clamp(max=10) * self.up_proj(x))
+
+
+def test_only_mlps_whose_forward_is_the_plain_line_are_taken():
+    assert gated_mlps(PlainMlp()) != []
+    for other in (SwappedMlp, DroppingMlp, ClampedMlp):
+        model = nn.Sequential(other())
+        assert gated_mlps(model) == [], other.__name__
+        assert apply_lean_gated_mlp(model) is None and "forward" not in model[0].__dict__
+    patched = PlainMlp()
+    patched.forward = lambda x: x  # another library's per-instance forward (Liger's SwiGLU patch)
+    assert gated_mlps(patched) == []
+
+
+def test_the_install_check_catches_a_module_computing_something_else():
+    assert lean_gated_mlp._mismatch(PlainMlp()) is None
+    assert "differs" in lean_gated_mlp._mismatch(SwappedMlp())
 
 
 def test_activations_that_keep_more_than_their_input_are_not_taken():
     from transformers.activations import ACT2FN
 
-    mlp = SwappedMlp()
     for name, taken in (("silu", True), ("gelu", True), ("gelu_pytorch_tanh", True), ("gelu_new", False)):
-        mlp.act_fn = ACT2FN[name]
-        assert (gated_mlps(mlp) == [mlp]) is taken, name
-    mlp.act_fn = nn.ReLU()
-    assert gated_mlps(mlp) == []
+        assert (gated_mlps(PlainMlp(ACT2FN[name])) != []) is taken, name
+    assert gated_mlps(PlainMlp(nn.ReLU())) == []
+    assert gated_mlps(PlainMlp(nn.SiLU(inplace=True))) == []  # gate overwritten: nothing to remake a from
+
+
+def _mlp_pair(act: nn.Module | None = None):
+    torch.manual_seed(0)
+    stock = PlainMlp(act)
+    lean = copy.deepcopy(stock)
+    assert apply_lean_gated_mlp(lean) is not None
+    return stock, lean
+
+
+def _grads(mlp, x, **backward):
+    mlp.zero_grad(set_to_none=True)
+    x = x.detach().requires_grad_()
+    out = mlp(x)
+    out.square().sum().backward(**backward)
+    return [out.detach(), x.grad, *(p.grad for p in mlp.parameters())]
+
+
+def test_an_in_place_change_of_the_product_before_down_proj_is_seen():
+    """A pre-hook that scales h in place: down_proj saves the changed h, which the recipe would not make again."""
+    stock, lean = _mlp_pair()
+    for mlp in (stock, lean):
+        mlp.down_proj.register_forward_pre_hook(lambda module, args: args[0].mul_(2))
+    x = torch.randn(3, 5, 8)
+    for a, b in zip(_grads(stock, x), _grads(lean, x)):
+        assert torch.equal(a, b)
+
+
+def test_a_hook_that_changes_the_activation_is_seen():
+    stock, lean = _mlp_pair()
+    for mlp in (stock, lean):
+        mlp.act_fn.register_forward_hook(lambda module, args, out: out + 1)
+    x = torch.randn(3, 5, 8)
+    for a, b in zip(_grads(stock, x), _grads(lean, x)):
+        assert torch.equal(a, b)
+
+
+def test_retained_graphs_and_second_order_gradients_are_stock():
+    stock, lean = _mlp_pair()
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    results = []
+    for mlp in (stock, lean):
+        out = mlp(x).square().sum()
+        first = torch.autograd.grad(out, [x, *mlp.parameters()], create_graph=True, retain_graph=True)
+        again = torch.autograd.grad(out, [x], retain_graph=True)  # a second backward through the same graph
+        second = torch.autograd.grad(sum(g.square().sum() for g in first), [x, *mlp.parameters()])
+        results.append([*first, *again, *second])
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+def test_torch_func_transforms_run_the_stock_forward():
+    """torch.func refuses saved-tensor hooks: its wrapped tensors take the module's own forward."""
+    stock, lean = _mlp_pair()
+    x = torch.randn(3, 5, 8)
+    grads = [torch.func.grad(lambda t, m=mlp: m(t).square().sum())(x) for mlp in (stock, lean)]
+    assert torch.equal(grads[0], grads[1])
 
 
 def test_optimize_installs_it_on_gated_models_only_and_remove_restores():
     from tests.tiny_models import make
 
     model = llama()
+    mlps = gated_mlps(model)
     report = optimize(model)
-    assert "lean_gated_mlp" in report.applied
-    assert all("forward" in mlp.__dict__ for mlp in gated_mlps(model))
+    assert "lean_gated_mlp" in report.applied and report.lean_gated_mlp.modules == mlps and len(mlps) == 2
+    assert all("forward" in mlp.__dict__ for mlp in mlps)
     report.undo()
-    assert not any("forward" in mlp.__dict__ for mlp in gated_mlps(model))
+    assert not any("forward" in mlp.__dict__ for mlp in mlps)
     assert "lean_gated_mlp" not in optimize(make("gpt2")).applied
     assert "lean_gated_mlp" not in optimize(llama(), lean_gated_mlp=False).applied
 

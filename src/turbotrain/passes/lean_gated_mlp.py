@@ -16,18 +16,27 @@ forward and backward take 1% (full fine-tune) to 4% (fused LoRA) longer at that 
 
 Exact: the recomputation runs the same kernels on the same inputs under the same autocast state, so a and h
 come back bit for bit; loss and every gradient equal stock's bit for bit (tests/passes/test_lean_gated_mlp.py:
-fp32 and bf16, bf16 weights or autocast). Whatever the saved tensor is (h itself, the 2-D view a linear layer
-keeps, the input of turbotrain's fused LoRA op), it is recognised by its storage and made again with the same
-view.
+fp32 and bf16, bf16 weights or autocast, retained graphs, second-order gradients). Whatever the saved tensor is
+(h itself, the 2-D view a linear layer keeps, the input of turbotrain's fused LoRA op), it is recognised by its
+storage at the version it was made with, and made again with the same view; a tensor changed in place before
+it is saved (a pre-hook scaling h) is kept as stock keeps it. Autograd checks the in-place version only of
+tensors saved without hooks, so every other tensor saved inside the two hook contexts is checked at its unpack
+here (`_Kept`), with autograd's message. The remaking calls the activation's `forward` without its hooks; where
+hooks ran on the forward's call, the forward compares once that they left the output as `forward` makes it,
+else that call keeps a and h as stock does.
 
-Where: every gated MLP whose activation keeps only its input (SiLU, GELU as one kernel: otherwise gate would
-be kept longer than stock keeps it), on each call that builds a graph: gradients on, gate and up needing
+Where: every gated MLP `modeling.gated_mlps` finds (the class's `forward` is the plain line, by its source; no
+other library's per-instance forward; an activation that keeps only its input, not in place: otherwise gate
+would be kept longer than stock keeps it), on each call that builds a graph: gradients on, gate and up needing
 them, a plain tensor on a CPU or CUDA device, no other saved-tensor hooks on (non-reentrant gradient
 checkpointing, `save_on_cpu`: they decide what is kept; under reentrant checkpointing the recomputed forward
-is lean), not compiling, exporting or tracing (compiled graphs choose what they keep themselves). Any other
-call runs the module's own forward. At install, one module of each class is compared with its own forward and
-backward on a small random input; a class that differs stays stock (one warning). `remove()` takes the
-forwards off; parameters are untouched.
+is lean), not inside a `torch.func` transform (which refuses saved-tensor hooks), not compiling, exporting or
+tracing (compiled graphs choose what they keep themselves). Any other call runs the module's own forward. At
+install, one module of each class is compared bit for bit with its own forward and backward on a small random
+input (eval mode, a forked random stream); a class that differs stays stock (one warning). `remove()` takes the
+forwards off; parameters are untouched. Not saved: a with PEFT's fp32 adapters on a bf16 base (LoRA A keeps its
+own fp32 copy of h, stock and lean alike); a backward that runs only some of down_proj's nodes
+(`autograd.grad` for a subset) keeps gate and up until the graph is freed.
 """
 
 from __future__ import annotations
@@ -40,7 +49,13 @@ from torch import nn
 
 from turbotrain.modeling import gated_mlps
 from turbotrain.passes.registry import PassSpec, register_pass
-from turbotrain.torch_boundary import saved_tensors_hooks_active
+from turbotrain.torch_boundary import (
+    module_hooks_apply,
+    saved_tensors_hooks_active,
+    saved_tensors_hooks_refused,
+    tensor_version,
+)
+from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 
 AUTOCAST_DEVICES = ("cpu", "cuda")  # where the forward's autocast state is read and set again for the remaking
@@ -58,16 +73,39 @@ class _Remade:
         return self.make().as_strided(self.size, self.stride, self.offset)
 
 
+class _Kept:
+    """A saved tensor kept as stock keeps it, with its in-place version at the save: autograd checks the version only
+    of tensors saved without hooks, so the unpack checks it here. A tensor with a graph is kept detached (autograd
+    puts its graph back at the unpack), so the hooks hold no reference cycle through an op that saves its output."""
+
+    __slots__ = ("tensor", "version")
+
+    def __init__(self, saved: torch.Tensor):
+        self.tensor = saved.detach() if saved.grad_fn is not None else saved
+        self.version = tensor_version(saved)
+
+    def unpack(self) -> torch.Tensor:
+        if tensor_version(self.tensor) != self.version:
+            raise RuntimeError(
+                "one of the variables needed for gradient computation has been modified by an inplace operation "
+                f"(a {tuple(self.tensor.shape)} tensor saved inside a gated MLP at version {self.version}, now at "
+                f"version {tensor_version(self.tensor)}; turbotrain's lean_gated_mlp=False gives autograd's own hint)"
+            )
+        return self.tensor
+
+
 def _remade_when_saved(target: torch.Tensor, make: Callable[[], torch.Tensor]):
-    """Saved-tensor hooks under which a save of `target` (or of any view of its storage) keeps `make` instead."""
-    storage, dtype = target.untyped_storage().data_ptr(), target.dtype  # not `target`: autograd keeps the hooks
+    """Saved-tensor hooks under which a save of `target` as it is now (or of any view of its storage at its current
+    version) keeps `make` instead; anything else saved is kept (`_Kept`)."""
+    # not `target` itself in the closure: autograd keeps the hooks with what they packed
+    storage, dtype, version = target.untyped_storage().data_ptr(), target.dtype, tensor_version(target)
 
     def pack(saved: torch.Tensor):
         same = saved.dtype == dtype and saved.untyped_storage().data_ptr() == storage
-        return _Remade(make, saved) if same else saved
+        return _Remade(make, saved) if same and tensor_version(saved) == version else _Kept(saved)
 
     def unpack(packed):
-        return packed.unpack() if isinstance(packed, _Remade) else packed
+        return packed.unpack()
 
     return torch.autograd.graph.saved_tensors_hooks(pack, unpack)
 
@@ -88,7 +126,7 @@ class _Recipe:
             return made
         device, dtype, enabled = self.autocast
         with torch.autocast(device, dtype=dtype, enabled=enabled):
-            return self.act(self.gate)
+            return self.act.forward(self.gate)  # not through __call__: its hooks ran once, in the forward
 
     def product(self) -> torch.Tensor:
         activation = self.activation()
@@ -104,20 +142,39 @@ def _contiguous_own_storage(tensor: torch.Tensor) -> bool:
     return tensor.is_contiguous() and tensor.storage_offset() == 0 and tensor.untyped_storage().nbytes() == nbytes
 
 
+def _traced() -> bool:
+    exporting = getattr(torch.compiler, "is_exporting", lambda: False)  # torch >= 2.7; compiling covers it before
+    return torch.compiler.is_compiling() or exporting() or torch.jit.is_tracing()
+
+
+def _stays_stock(x) -> bool:
+    """Calls the lean forward leaves to the module's own: no graph built, traced, or another owner of the saves."""
+    if not torch.is_grad_enabled() or _traced():
+        return True
+    if type(x) is not torch.Tensor or x.device.type not in AUTOCAST_DEVICES:
+        return True  # a traced or wrapped tensor (fake, functional, DTensor): its storage is not its own
+    return saved_tensors_hooks_active() or saved_tensors_hooks_refused(x)
+
+
+def _remade_as_made(act: nn.Module, gate: torch.Tensor, activation: torch.Tensor) -> bool:
+    """Whether `act.forward(gate)` (the backward's remaking, which runs no hooks) gives the forward's `activation`:
+    checked only where hooks ran on the call (a hook may have changed the output), else true by construction."""
+    if not module_hooks_apply(act):
+        return True
+    with torch.no_grad():
+        return torch.equal(act.forward(gate), activation)
+
+
 def _lean_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     stock = type(self).forward
-    if args or kwargs or not torch.is_grad_enabled() or torch.compiler.is_compiling() or torch.jit.is_tracing():
+    if args or kwargs or _stays_stock(x):
         return stock(self, x, *args, **kwargs)
-    if type(x) is not torch.Tensor or x.device.type not in AUTOCAST_DEVICES or saved_tensors_hooks_active():
-        return stock(self, x)  # a traced or wrapped tensor (fake, functional, DTensor): its storage is not its own
-    if torch.compiler.is_exporting():
-        return stock(self, x)
     gate, up = self.gate_proj(x), self.up_proj(x)  # stock's order of calls (a LoRA dropout draws in this order)
     if not (gate.requires_grad and up.requires_grad):  # nothing saved of them: keeping them would add memory
         return self.down_proj(self.act_fn(gate) * up)
     recipe = _Recipe(self.act_fn, gate, up)
     activation = self.act_fn(gate)
-    if not _contiguous_own_storage(activation):
+    if not _contiguous_own_storage(activation) or not _remade_as_made(self.act_fn, gate, activation):
         return self.down_proj(activation * up)
     with _remade_when_saved(activation, recipe.activation):
         hidden = activation * up
@@ -146,25 +203,25 @@ def _parameter(module: nn.Module) -> torch.Tensor:
 
 
 def _mismatch(module: nn.Module) -> str | None:
-    """Stock and lean forward and backward of `module` on a small random input: None if they agree."""
+    """Stock and lean forward and backward of `module` on a small random input, in eval mode and on a forked random
+    stream (the run's draws stay as stock's): None if they agree bit for bit."""
     weight = _parameter(module)
     width = getattr(module.gate_proj, "in_features", None)
     if width is None:
         return "a gate projection without in_features"
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(2, 3, width, generator=generator).to(weight.device, weight.dtype).requires_grad_()
+    cuda = [weight.device.index or 0] if weight.device.type == "cuda" else []
     try:
-        with torch.enable_grad():
+        with torch.enable_grad(), training_mode(module, False), torch.random.fork_rng(devices=cuda):
             results = []
             for forward in (type(module).forward, _lean_forward):
                 out = forward(module, x)
                 results.append([out, *torch.autograd.grad(out, [x], torch.ones_like(out))])
     except Exception as error:  # the check must never take training down with it
         return f"the lean forward raised {type(error).__name__}: {error}"
-    tolerance = 1e-5 if weight.dtype == torch.float32 else 1e-2
-    for expected, got in zip(*results):
-        if expected.shape != got.shape or not (got - expected).abs().max() <= tolerance * expected.abs().max():
-            return "its forward is not down_proj(act_fn(gate_proj(x)) * up_proj(x))"
+    if not all(torch.equal(expected, got) for expected, got in zip(*results)):
+        return "its output or input gradient differs from its own forward's"
     return None
 
 
