@@ -303,3 +303,18 @@ def test_turbo_trainer_golden_losses_match_stock_trainer(tmp_path):
     from tests.trainer_helpers import assert_pass_trains_as_stock
 
     assert_pass_trains_as_stock(tmp_path, llama, "lean_gated_mlp")
+
+
+def test_a_trainer_with_non_reentrant_checkpointing_says_the_pass_is_off(tmp_path):
+    """TRL's and Transformers' default checkpointing packs each layer's saves itself: the summary names why the
+    pass is not active instead of listing it; reentrant checkpointing keeps it."""
+    from tests.trainer_helpers import turbo_trainer
+
+    default = turbo_trainer("llama", tmp_path, model=llama(), gradient_checkpointing=True)
+    assert "lean_gated_mlp" not in default.turbo_report.applied
+    assert "lean_gated_mlp (non-reentrant gradient checkpointing" in default.turbo_summary()
+    kwargs = {"use_reentrant": True}
+    reentrant = turbo_trainer(
+        "llama", tmp_path, model=llama(), gradient_checkpointing=True, gradient_checkpointing_kwargs=kwargs
+    )
+    assert "lean_gated_mlp" in reentrant.turbo_report.applied

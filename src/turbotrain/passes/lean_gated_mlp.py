@@ -172,10 +172,10 @@ def _lean_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     gate, up = self.gate_proj(x), self.up_proj(x)  # stock's order of calls (a LoRA dropout draws in this order)
     if not (gate.requires_grad and up.requires_grad):  # nothing saved of them: keeping them would add memory
         return self.down_proj(self.act_fn(gate) * up)
-    recipe = _Recipe(self.act_fn, gate, up)
     activation = self.act_fn(gate)
     if not _contiguous_own_storage(activation) or not _remade_as_made(self.act_fn, gate, activation):
         return self.down_proj(activation * up)
+    recipe = _Recipe(self.act_fn, gate, up)
     with _remade_when_saved(activation, recipe.activation):
         hidden = activation * up
     if not _contiguous_own_storage(hidden):
@@ -198,14 +198,10 @@ class LeanGatedMlp:
         self.modules = []
 
 
-def _parameter(module: nn.Module) -> torch.Tensor:
-    return next(module.parameters())
-
-
 def _mismatch(module: nn.Module) -> str | None:
     """Stock and lean forward and backward of `module` on a small random input, in eval mode and on a forked random
     stream (the run's draws stay as stock's): None if they agree bit for bit."""
-    weight = _parameter(module)
+    weight = next(module.parameters())
     width = getattr(module.gate_proj, "in_features", None)
     if width is None:
         return "a gate projection without in_features"
@@ -244,6 +240,21 @@ def apply_lean_gated_mlp(model: nn.Module, check: bool = True) -> LeanGatedMlp |
     return LeanGatedMlp(modules) if modules else None
 
 
+def trainer_refusal(trainer) -> str | None:
+    """Why this run keeps the MLPs stock: non-reentrant gradient checkpointing (Transformers' and TRL's default kind)
+    packs every saved tensor of a layer itself, so the lean forward would step aside on every call; the summary says
+    so instead of listing the pass. Reentrant checkpointing keeps it (the recomputed forward is lean)."""
+    args = trainer.args
+    on = getattr(args, "activation_checkpointing", getattr(args, "gradient_checkpointing", False))
+    kwargs = getattr(args, "activation_checkpointing_kwargs", getattr(args, "gradient_checkpointing_kwargs", None))
+    if not on or (kwargs or {}).get("use_reentrant") is True or trainer.model is None or not gated_mlps(trainer.model):
+        return None
+    return (
+        "non-reentrant gradient checkpointing decides what each layer keeps (the pass would step aside on every "
+        "call); gradient_checkpointing_kwargs={'use_reentrant': True} keeps it on"
+    )
+
+
 register_pass(
     PassSpec(
         name="lean_gated_mlp",
@@ -255,5 +266,6 @@ register_pass(
         order=57,
         install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
         refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do
+        refused_by_trainer=trainer_refusal,
     )
 )
