@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from turbotrain.pretrain.threads import busy_cores, choose_threads, read_cpu_times, usable_cores
+from turbotrain.utils.threads import busy_cores, choose_threads, read_cpu_times, usable_cores
 
 
 @pytest.mark.parametrize(

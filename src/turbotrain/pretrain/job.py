@@ -1,6 +1,6 @@
 """The main job: pretrain a RoBERTa-style masked LM from scratch on the built-in corpus (or your files).
 
-Steps: lock and check the output directory -> torch's threads (threads.py) -> collect the corpus -> train a
+Steps: lock and check the output directory -> torch's threads (utils/threads.py) -> collect the corpus -> train a
 byte-level BPE tokenizer -> paragraphs at natural length, 3% held out with fixed masks (data.py) -> the run's
 size: `--minutes` (default 10) times this machine's steps and plans model, steps and schedule to end within
 the budget, `--steps N` trains N steps (sizing.py) -> train with `TurboTrainer`
@@ -31,7 +31,7 @@ from turbotrain.pretrain.quiet import quiet_libraries
 from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
 from turbotrain.pretrain.sizing import size_run
 from turbotrain.pretrain.summary import print_data, print_summary
-from turbotrain.pretrain.threads import set_threads
+from turbotrain.utils.threads import set_threads
 from turbotrain.utils.plotting import is_matplotlib_available
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
