@@ -31,8 +31,8 @@ from turbotrain.pretrain.quiet import quiet_libraries
 from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
 from turbotrain.pretrain.sizing import size_run
 from turbotrain.pretrain.summary import print_data, print_summary
-from turbotrain.utils.threads import set_threads
 from turbotrain.utils.plotting import is_matplotlib_available
+from turbotrain.utils.threads import set_threads
 
 SIGNAL_EXIT = {"SIGINT": 130, "SIGTERM": 143}
 
