@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 
+import torch
 from transformers import DefaultFlowCallback, TrainerCallback
 
 from tests.trainer_helpers import stock_trainer, turbo_trainer
 from turbotrain.backends.auto import AutoChooser
+from turbotrain.hidden_callbacks import ThreadsCallback
 from turbotrain.summary import SummaryCallback
 
 
@@ -39,7 +41,7 @@ def test_hidden_callbacks_still_see_every_event_after_the_public_ones(tmp_path, 
     events = Events()
     trainer.add_callback(events)
     hidden = [type(callback) for callback in trainer.callback_handler.hidden]
-    assert hidden == [AutoChooser, SummaryCallback]
+    assert hidden == [AutoChooser, ThreadsCallback, SummaryCallback]
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         trainer.train()
     assert events.seen == [1, 2]
@@ -61,3 +63,54 @@ class Peek(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.seen.append(callback_types(self.trainer))
+
+
+class BusyMachine:
+    """`OtherWork` on a machine whose every usable core another process keeps busy."""
+
+    def __init__(self, *args, **kwargs):
+        self.cores = {0, 1}
+
+    def seconds_since(self) -> float:
+        return 10.0
+
+    def sample(self) -> float:
+        return 2.0
+
+
+class ThreadsSeen(TrainerCallback):
+    def __init__(self):
+        self.seen = []
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.seen.append(torch.get_num_threads())
+
+
+def test_a_cpu_run_beside_busy_cores_takes_fewer_threads_says_so_and_puts_them_back(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    monkeypatch.setattr("turbotrain.trainer.OtherWork", BusyMachine)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer, seen = turbo_trainer("bert", tmp_path, max_steps=3), ThreadsSeen()
+        trainer.add_callback(seen)
+        trainer.train()
+        assert seen.seen == [1, 1, 1] and torch.get_num_threads() == 2
+        assert "threads: 1 of 2 usable cores (2.0 busy with other work)" in trainer.turbo_summary()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_the_users_thread_setting_stands(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setattr("turbotrain.trainer.OtherWork", BusyMachine)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        trainer, seen = turbo_trainer("bert", tmp_path, max_steps=2), ThreadsSeen()
+        trainer.add_callback(seen)
+        trainer.train()
+        assert seen.seen == [2, 2] and "(OMP_NUM_THREADS)" in trainer.turbo_summary()
+    finally:
+        torch.set_num_threads(before)

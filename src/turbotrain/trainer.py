@@ -20,7 +20,9 @@ which forwards them to the public `turbo_*` methods here:
   when training begins, one WARNING-level line says which backend and passes are active and why any
   requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
   fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
-  notice is silenced (utils/warnings.py).
+  notice is silenced (utils/warnings.py). A CPU run's torch threads are chosen as the main job's are (one fewer
+  per core other processes keep busy, re-checked during training, put back at the end; the user's
+  `OMP_NUM_THREADS` stands: hidden_callbacks.py's `ThreadsCallback`), and the summary line names the choice.
 * a bf16 run on a CPU decides `bf16_emulation` once (one line logged: stock's path, turbotrain's, the probe's
   speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
   (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
@@ -73,7 +75,7 @@ from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.hidden_callbacks import HiddenCallbacks
+from turbotrain.hidden_callbacks import HiddenCallbacks, ThreadsCallback
 from turbotrain.passes.fused_optimizer import resolve_optim_name
 from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls, same_model
 from turbotrain.passes.optimize import OptimizeReport, optimize
@@ -93,6 +95,7 @@ from turbotrain.trl_boundary import (
     separate_reference_model,
 )
 from turbotrain.utils.freed_memory import release_freed_memory
+from turbotrain.utils.threads import OtherWork
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
@@ -106,6 +109,7 @@ class TurboMixin(TrainerBoundary):
 
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False
+        load = OtherWork()  # other processes' CPU time from here on: the thread choice's first window
         args, kwargs = as_sft_config(type(self), args, kwargs)  # TRL would rebuild turbo arguments and fail
         super().__init__(*args, **kwargs)
         requested = TurboOptions.from_args(self.args)
@@ -128,7 +132,8 @@ class TurboMixin(TrainerBoundary):
             self.turbo_reference = answer_reference_calls(separate_reference_model(self), policy, self.turbo_report)
             self._turbo_pack_scored_calls(policy)
             release_freed_memory()  # what the self-checks freed goes back to the system before training
-        hidden = [*self.backend.callbacks(), SummaryCallback(self)]  # out of the public list: hidden_callbacks.py
+        self.turbo_threads = ThreadsCallback(self.args.device.type == "cpu", load)  # chosen before the summary
+        hidden = [*self.backend.callbacks(), self.turbo_threads, SummaryCallback(self)]  # out of the public list
         self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
@@ -182,7 +187,9 @@ class TurboMixin(TrainerBoundary):
         refused, requested = self.turbo_refused, self.turbo_requested
         missing = not_active(requested, self.turbo_options, applied, refused, skipped, lacks, engine=engine)
         line = summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
-        return line + emulation_note(getattr(self, "turbo_bf16_emulation", False))
+        threads = getattr(self, "turbo_threads", None)
+        chosen = f"; {threads.choice.line()}" if threads is not None and threads.choice is not None else ""
+        return line + emulation_note(getattr(self, "turbo_bf16_emulation", False)) + chosen
 
     def create_optimizer(self, *given, **named):
         """Trainer's optimizer, made with `optim` the one this run uses (the fused AdamW where the device has it:
