@@ -71,7 +71,7 @@ def test_a_new_workload_is_one_class(throwaway, tmp_path):
     fast = json.loads((tmp_path / "bench.json").read_text())["peers"]["fast"]
     assert fast["examples_per_s"] == 16.0 and fast["ratio"] == 2.0 and fast["max_abs_loss_diff"] == 0.5
     assert result["title"] == "throwaway, 4 widgets"
-    assert "| fast | - | 16.0 | 2.00x |" in (tmp_path / "bench.md").read_text()
+    assert "| fast | - | 16.0 | 2.00x" in (tmp_path / "bench.md").read_text()  # "2.00x?" where other work ran
 
 
 def test_a_flag_of_another_task_is_an_error_naming_the_tasks_that_take_it(capsys):
