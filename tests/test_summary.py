@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 
 from tests.trainer_helpers import turbo_trainer
+from turbotrain import bf16_hint as hint_module
 from turbotrain.bf16_hint import bf16_hint
 from turbotrain.summary import not_active, summary_line
 
@@ -61,6 +62,24 @@ def test_bf16_hint_reports_the_measured_speedup_with_amx():
 def test_bf16_hint_is_honest_when_bf16_is_not_faster():
     line = bf16_hint(flags=frozenset({"avx512_bf16"}), measure=lambda: (0.9, 100.0, 90.0))
     assert "only 0.90x fp32" in line
+
+
+def test_the_bf16_probe_is_measured_once_per_machine_and_cached_like_autos_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    calls = []
+
+    def measure():
+        calls.append(1)
+        return 4.8, 50.0, 240.0
+
+    key = hint_module.probe_key()
+    assert hint_module.cached_speedup(key, measure) == (4.8, 50.0, 240.0)
+    assert hint_module.cached_speedup(key, measure) == (4.8, 50.0, 240.0) and len(calls) == 1  # read back
+    assert (tmp_path / hint_module.CACHE_FILE).is_file()  # beside auto's auto_backend.json (utils/cache.py)
+    hint_module.cached_speedup("another machine or torch", measure)
+    assert len(calls) == 2
+    monkeypatch.setattr(hint_module.torch, "get_num_threads", lambda: 97)
+    assert hint_module.probe_key() != key  # other threads, other figures
 
 
 def test_fp32_cpu_run_logs_the_bf16_line_at_warning(tmp_path, caplog):

@@ -1,8 +1,11 @@
 """One line for a CPU run in fp32: would bf16 be faster on this CPU, measured?
 
 * The CPU has bf16 matmul units (`amx_bf16` or `avx512_bf16`, utils/cpu.py): time a bf16 and an fp32
-  matmul here (1024², best of 3 each, ~0.1 s on 2 cores, once per process) and say how much faster bf16
-  matmuls run. That is the bound on what `bf16=True` can give: only the matmul share of a step speeds up
+  matmul here (1024², best of 3 each, ~0.1 s on 2 cores) and say how much faster bf16 matmuls run. The
+  answer is measured once per machine, as `auto`'s backend choice is: cached in `$TURBOTRAIN_CACHE/bf16_probe.json`
+  (utils/cache.py) under the CPU model, its matmul flags, torch's version and thread count (`probe_key`), so
+  every run on the machine prints the same figures (a busy machine's first measurement stays; delete the file
+  to measure again). That is the bound on what `bf16=True` can give: only the matmul share of a step speeds up
   (measured on an AMX Xeon: matmuls 6.2x, a GPT-2 step 1.75x).
 * It lacks them: bf16 is emulated (converted to fp32 around every matmul) and slower; say to keep fp32.
 
@@ -11,21 +14,46 @@ Nothing is said for runs that already use bf16/fp16 or run on an accelerator.
 
 from __future__ import annotations
 
+import datetime
 import functools
 from collections.abc import Callable
 
 import torch
 
 from turbotrain.measure.peak import matmul_peak
-from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
+from turbotrain.utils.cache import digest, read_entry, write_entry
+from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model, matmul_flags
+
+CACHE_FILE = "bf16_probe.json"
+
+
+def probe_key() -> str:
+    """What the probe's answer is valid for: this CPU (model and matmul flags), torch's version and threads."""
+    return digest(cpu_model(), ",".join(matmul_flags()), torch.__version__, str(torch.get_num_threads()))
+
+
+def time_matmuls() -> tuple[float, float, float]:
+    """(bf16 / fp32 matmul speed, fp32 GFLOP/s, bf16 GFLOP/s), 1024² matmuls on this CPU, measured now."""
+    fp32 = matmul_peak(torch.float32, size=1024, repeats=3).gflops
+    bf16 = matmul_peak(torch.bfloat16, size=1024, repeats=3).gflops
+    return bf16 / fp32, fp32, bf16
+
+
+def cached_speedup(key: str, measure: Callable[[], tuple[float, float, float]]) -> tuple[float, float, float]:
+    """The answer cached under `key`, else `measure()`'s, cached."""
+    entry = read_entry(CACHE_FILE, key)
+    if entry is not None:
+        return entry["speedup"], entry["fp32_gflops"], entry["bf16_gflops"]
+    speedup, fp32, bf16 = measure()
+    day = datetime.date.today().isoformat()
+    write_entry(CACHE_FILE, key, {"speedup": speedup, "fp32_gflops": fp32, "bf16_gflops": bf16, "date": day})
+    return speedup, fp32, bf16
 
 
 @functools.lru_cache(maxsize=1)
 def measured_bf16_speedup() -> tuple[float, float, float]:
-    """(bf16 / fp32 matmul speed, fp32 GFLOP/s, bf16 GFLOP/s), 1024² matmuls on this CPU."""
-    fp32 = matmul_peak(torch.float32, size=1024, repeats=3).gflops
-    bf16 = matmul_peak(torch.bfloat16, size=1024, repeats=3).gflops
-    return bf16 / fp32, fp32, bf16
+    """(bf16 / fp32 matmul speed, fp32 GFLOP/s, bf16 GFLOP/s) on this machine: cached, else measured once."""
+    return cached_speedup(probe_key(), time_matmuls)
 
 
 def bf16_hint(

@@ -32,7 +32,6 @@ and kept it (1.09x stock bf16), while with "blocks" inductor timed equal to eage
 from __future__ import annotations
 
 import datetime
-import json
 import logging
 import statistics
 import time
@@ -48,7 +47,7 @@ from turbotrain.backends.registry import register_backend
 from turbotrain.hf_boundary import attention_implementation
 from turbotrain.modeling import unwrap
 from turbotrain.passes.optimize import REPORT_ATTRIBUTE
-from turbotrain.utils.cache import cache_dir, digest, write_atomically
+from turbotrain.utils.cache import digest, read_entry, write_entry
 from turbotrain.utils.cpu import cpu_model
 
 logger = logging.getLogger("turbotrain")
@@ -127,21 +126,11 @@ def compiles_so_far() -> int:
 
 
 def read_cache(key: str) -> dict | None:
-    path = cache_dir() / CACHE_FILE
-    try:
-        return json.loads(path.read_text()).get(key)
-    except (OSError, ValueError):
-        return None
+    return read_entry(CACHE_FILE, key)
 
 
 def write_cache(key: str, entry: dict) -> None:
-    path = cache_dir() / CACHE_FILE
-    try:
-        table = json.loads(path.read_text())
-    except (OSError, ValueError):
-        table = {}
-    table[key] = entry
-    write_atomically(path, json.dumps(table, indent=1))
+    write_entry(CACHE_FILE, key, entry)
 
 
 @register_backend

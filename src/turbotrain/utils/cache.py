@@ -1,14 +1,17 @@
 """Where turbotrain keeps what it makes once per machine: the collected corpus and trained tokenizers
-(data/), the `auto` backend's measured choices, the onnxruntime backend's exported graphs.
+(data/), the `auto` backend's measured choices, the bf16 matmul probe's answer (bf16_hint.py), the onnxruntime
+backend's exported graphs.
 
 `$TURBOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/turbotrain`, else `~/.cache/turbotrain`, read at each
 call (so a test or a job can point it elsewhere at any time). `cache_dir()` creates it; `cache_root()`
-only names it.
+only names it. `read_entry` / `write_entry`: one JSON table per file, one entry per key (`digest` of what the
+entry is valid for: the machine, the versions, the run), written atomically; an unreadable table reads as empty.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
@@ -40,3 +43,23 @@ def write_atomically(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
+
+
+def read_entry(file_name: str, key: str) -> dict | None:
+    """The entry stored under `key` in the cache's JSON table `file_name`, or None."""
+    try:
+        return json.loads((cache_dir() / file_name).read_text()).get(key)
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_entry(file_name: str, key: str, entry: dict) -> None:
+    """Store `entry` under `key` in the cache's JSON table `file_name` (other keys kept)."""
+    path = cache_dir() / file_name
+    try:
+        table = json.loads(path.read_text())
+    except (OSError, ValueError):
+        table = {}
+    table = table if isinstance(table, dict) else {}
+    table[key] = entry
+    write_atomically(path, json.dumps(table, indent=1))
