@@ -7,7 +7,8 @@ seeing a PEFT wrapper through (`unwrap`) and answering "none" (None, 0, []) for 
 asked about, never raising:
 
 * tasks.py: the task (`task_of`, `TASKS`, `is_causal_lm`, `is_seq2seq_lm`, `is_language_model`), the
-  wrapper (`unwrap`, `is_peft_model`), the seq2seq decoder's inputs and length limit, `dropout_rate`.
+  wrapper (`unwrap`, `is_peft_model`, `prompt_learning`: PEFT's virtual tokens), the seq2seq decoder's inputs
+  and length limit, `dropout_rate`.
 * parts.py: the head and input embedding that run (`output_projection`, `output_linear`,
   `input_embedding`, `module_or_none`), why a model takes no token ids (`without_token_input`), sizes
   (`vocab_size`, `pad_token_id`, `num_classes`), `final_logit_softcapping`, `repeated_blocks`.
@@ -60,6 +61,7 @@ from turbotrain.modeling.tasks import (
     SEQUENCE_CLASSIFICATION,
     TASKS,
     TOKEN_CLASSIFICATION,
+    PromptLearning,
     decoder_input_ids,
     decoder_length_limit,
     dropout_rate,
@@ -67,6 +69,7 @@ from turbotrain.modeling.tasks import (
     is_language_model,
     is_peft_model,
     is_seq2seq_lm,
+    prompt_learning,
     task_of,
     unwrap,
 )
@@ -76,6 +79,7 @@ __all__ = [
     "IGNORE_INDEX",
     "MASKED_LM",
     "PER_TOKEN_TASKS",
+    "PromptLearning",
     "SEQ2SEQ_LM",
     "SEQUENCE_CLASSIFICATION",
     "SPAN_FIELDS",
@@ -106,6 +110,7 @@ __all__ = [
     "outputs_differ",
     "pad_token_id",
     "position_offset",
+    "prompt_learning",
     "reads_masked_positions",
     "repeated_blocks",
     "speech_features",

@@ -3,6 +3,12 @@
 * `unwrap(model)`: the Transformers model inside a wrapper. PEFT's `PeftModel*` (LoRA, prefix...)
   forwards to its base model; its `get_base_model()` is that model, whose modules (and LoRA layers) are
   the ones that run. Anything else is returned unchanged.
+* `prompt_learning(model)`: a PEFT prompt-learning adapter (prompt tuning, p-tuning, prefix tuning: its active
+  config's `is_prompt_learning`) as a `PromptLearning`, or None. Such a wrapper adds `num_virtual_tokens` learned
+  positions before every row: prepended to the input embeddings (the base model's outputs are then
+  [B, virtual + T, ...] for [B, T] inputs, its labels and mask prepended too), or, for prefix tuning, as keys and
+  values in the cache (`in_cache`: outputs stay [B, T], positions start after the prefix). PEFT drops
+  `position_ids` on every such call.
 * `task_of(model)`: one of `TASKS` (masked-lm, causal-lm, seq2seq-lm, sequence-classification,
   token-classification) or None. Decided as Transformers decides: by the auto mappings
   (`MODEL_FOR_*_MAPPING_NAMES`), for the model's class or any class it derives from (a user's
@@ -19,6 +25,8 @@ Reads class names, configs and module attributes only; never runs the model.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -66,6 +74,40 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 def is_peft_model(model: nn.Module) -> bool:
     return unwrap(model) is not model
+
+
+# PEFT's prompt-learning types whose virtual tokens go in the cache (`past_key_values`), not before the inputs
+VIRTUAL_TOKENS_IN_CACHE = ("PREFIX_TUNING", "CARTRIDGE")
+
+
+@dataclass(frozen=True)
+class PromptLearning:
+    """A PEFT prompt-learning adapter: its method (PEFT's `peft_type`), how many virtual tokens it adds before
+    every row, and whether they are keys and values in the cache (prefix tuning) rather than input embeddings."""
+
+    method: str
+    virtual_tokens: int
+    in_cache: bool
+
+    def __str__(self) -> str:
+        where = "as keys and values before each row" if self.in_cache else "prepended to each row"
+        return f"PEFT {self.method.lower().replace('_', ' ')} adds {self.virtual_tokens} virtual tokens {where}"
+
+
+def prompt_learning(model: nn.Module) -> PromptLearning | None:
+    """The prompt-learning adapter that runs in `model`'s calls (see the module docstring), or None."""
+    if not is_peft_model(model):
+        return None
+    try:
+        config = model.active_peft_config
+    except Exception:  # a wrapper of another make: no prompt-learning config to read
+        return None
+    if not getattr(config, "is_prompt_learning", False):
+        return None
+    kind = getattr(config, "peft_type", "prompt learning")
+    method = str(getattr(kind, "value", kind))
+    virtual = getattr(config, "num_virtual_tokens", None)
+    return PromptLearning(method, virtual if isinstance(virtual, int) else 0, method in VIRTUAL_TOKENS_IN_CACHE)
 
 
 def _mapping_names(attribute: str) -> set[str]:

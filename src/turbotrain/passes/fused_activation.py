@@ -26,6 +26,7 @@ from torch import nn
 from transformers.activations import FastGELUActivation, NewGELUActivation
 
 from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import warn_once
 
 TANH_GELUS = (NewGELUActivation, FastGELUActivation)
@@ -50,9 +51,14 @@ class FusedActivation:
         self.replaced = []
 
 
-def _same_function(original: nn.Module) -> bool:
+@never_raises
+def _mismatch(original: nn.Module) -> str | None:
+    """None where `original` computes the fused kernel's function on a small random tensor, else what differs."""
     x = torch.randn(64, 97, generator=torch.Generator().manual_seed(0)) * 3
-    return torch.allclose(original(x), F.gelu(x, approximate="tanh"), rtol=1e-5, atol=1e-6)
+    got, expected = original(x), F.gelu(x, approximate="tanh")
+    if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=1e-6):
+        return "its GELU does not match the fused kernel"
+    return None
 
 
 def _targets(model: nn.Module) -> list[tuple[nn.Module, str, nn.Module]]:
@@ -73,8 +79,9 @@ def apply_fused_activation(model: nn.Module) -> FusedActivation | None:
     targets = _targets(model)
     if not targets:
         return None
-    if not all(_same_function(child) for _, _, child in targets):
-        warn_once("turbotrain: fused_activation is off for this model: its GELU does not match the fused kernel")
+    problem = next(filter(None, (_mismatch(child) for _, _, child in targets)), None)
+    if problem is not None:
+        warn_once(f"turbotrain: fused_activation is off for this model: {problem}")
         return None
     fused = FusedGELUTanh()
     for parent, name, _ in targets:

@@ -50,6 +50,7 @@ from torch import nn
 
 from turbotrain.hf_boundary import sharding_engine
 from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import log_once, warn_once
 
 AUTOCAST_DEVICES = ("cpu", "cuda")  # where the fused op runs: autocast casts as for stock linear layers there
@@ -205,6 +206,7 @@ def lora_layers(model: nn.Module) -> list[nn.Module]:
     return [] if classes is None else [m for m in model.modules() if isinstance(m, classes[1])]
 
 
+@never_raises
 def _layer_mismatch(layer: nn.Module) -> str | None:
     """Stock and fused forward and backward of `layer` on a small random input: None if they agree.
     Adapters in another dtype than the base are compared under autocast to the base's dtype (where they fuse)."""

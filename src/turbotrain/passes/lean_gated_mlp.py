@@ -49,6 +49,7 @@ from torch import nn
 
 from turbotrain.modeling import gated_mlps
 from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.self_check import never_raises
 from turbotrain.torch_boundary import (
     module_hooks_apply,
     saved_tensors_hooks_active,
@@ -198,6 +199,7 @@ class LeanGatedMlp:
         self.modules = []
 
 
+@never_raises
 def _mismatch(module: nn.Module) -> str | None:
     """Stock and lean forward and backward of `module` on a small random input, in eval mode and on a forked random
     stream (the run's draws stay as stock's): None if they agree bit for bit."""

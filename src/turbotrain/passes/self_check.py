@@ -6,12 +6,16 @@ in eval mode without gradients, restores the training mode, and returns None whe
 raises: a pass that fails its check is left out with a warning, training goes on.
 `check_batch(model, lengths, ...)` is `modeling.synthetic_batch`, or None with the reason where the model's
 inputs cannot be synthesised (a speech encoder's feature layout this cannot tell): the check then fails.
+`never_raises` is put on every install check of every pass (each returns a problem or None): whatever the model
+returns (logits longer than the mask, another rank, a tuple, no loss), an exception in the check comes back as
+the problem, and the pass steps aside with it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +26,24 @@ from turbotrain import modeling
 from turbotrain.utils.mode import training_mode
 
 
+def never_raises(check: Callable[..., str | None]) -> Callable[..., str | None]:
+    """`check` (returns a one-line problem, or None) with any exception it raises returned as the problem: the
+    check must never take training down with it, whatever the model's outputs look like."""
+
+    @functools.wraps(check)
+    def guarded(*args, **kwargs) -> str | None:
+        try:
+            return check(*args, **kwargs)
+        except Exception as error:
+            return f"the check could not compare the outputs ({type(error).__name__}: {_first_line(error)})"
+
+    return guarded
+
+
+def _first_line(error: Exception) -> str:
+    return (str(error).strip().splitlines() or [""])[0]
+
+
 def check_batch(model: nn.Module, lengths: list[int], **kwargs) -> tuple[dict | None, str | None]:
     """(`modeling.synthetic_batch(model, lengths, **kwargs)`, None), or (None, why it cannot be made)."""
     try:
@@ -30,6 +52,7 @@ def check_batch(model: nn.Module, lengths: list[int], **kwargs) -> tuple[dict | 
         return None, f"no synthetic batch to check it on ({type(error).__name__}: {error})"
 
 
+@never_raises
 def compare_losses(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
     try:
         with training_mode(model, False), torch.no_grad():
@@ -100,6 +123,7 @@ def current_precision(model: nn.Module) -> RunPrecision:
     return RunPrecision(first.device.type if first is not None else "cpu", None)
 
 
+@never_raises
 def check_under_run_precision(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
     """Loss parity and finite gradients of `rewritten` against `stock`, as the run computes (see above)."""
     precision = current_precision(model)

@@ -57,7 +57,7 @@ from turbotrain.passes import fused_head_calls
 from turbotrain.passes.chunked_ce import cuda
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
 from turbotrain.passes.registry import PassSpec, register_pass
-from turbotrain.passes.self_check import check_batch, check_under_run_precision
+from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -330,6 +330,7 @@ def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
 # --- install -----------------------------------------------------------------------------------------
 
 
+@never_raises
 def self_check(model: nn.Module, label_sparsity) -> str | None:
     """Stock vs chunked loss on a small batch, through `label_sparsity` (a LabelSparsity whose chunked head
     takes every call); a description of the mismatch, or None."""

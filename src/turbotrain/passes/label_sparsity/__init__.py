@@ -42,7 +42,9 @@ Not applied (the model stays dense, full logits): evaluation and prediction (`mo
 model's fused calls excepted, passes/label_sparsity/reference_calls.py), calls
 without 2-D `labels`, calls that already pass `shift_labels`, models without a vocabulary head
 (classifiers: silently, there is nothing to gain). Refused with one warning: a masked or causal LM
-whose output embeddings cannot be found, and models where the self-check fails. The self-check runs the model once dense
+whose output embeddings cannot be found, a PEFT prompt-learning model whose virtual tokens are prepended to each
+row (prompt tuning, p-tuning: `modeling.prompt_learning`; the head sees more rows than the labels have), and
+models where the self-check fails. The self-check runs the model once dense
 and once sparse on a tiny synthetic batch (in eval mode, with its own RNG so training RNG is untouched),
 each with its backward, under the run's autocast (self_check.check_under_run_precision), and compares the
 losses and looks for NaN/inf gradients; any model whose head or loss does not fit this contract fails it.
@@ -66,6 +68,7 @@ from turbotrain.modeling import (
     is_language_model,
     is_seq2seq_lm,
     module_or_none,
+    prompt_learning,
 )
 from turbotrain.passes import chunked_ce, fused_head_calls
 from turbotrain.passes.chunked_ce import ChunkedHead
@@ -73,7 +76,7 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.label_sparsity import host_rows
 from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
-from turbotrain.passes.self_check import check_batch, check_under_run_precision
+from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.trl_boundary import unanswered_token_scores
 from turbotrain.utils.warnings import warn_once
 
@@ -289,6 +292,7 @@ def _trial_sparsity(model: nn.Module, head: HeadLocation, chunked_head: ChunkedH
         trial.remove()
 
 
+@never_raises
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
     batch, problem = check_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
@@ -300,6 +304,16 @@ def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
             return model(**batch)
 
     return check_under_run_precision(model, lambda: model(**batch), sparse, "sparse")
+
+
+def _virtual_rows(model: nn.Module) -> str | None:
+    """Why the rows kept from the labels [B, T] would not be the head's rows: a PEFT prompt-learning adapter that
+    prepends virtual tokens (prompt tuning, p-tuning) hands the head [B, virtual + T, H]; None otherwise (prefix
+    tuning's virtual tokens are in the cache: the head's rows are the labels')."""
+    prompt = prompt_learning(model)
+    if prompt is None or prompt.in_cache:
+        return None
+    return f"{prompt}, so the head's rows would not line up with the rows kept from the labels"
 
 
 def apply_label_sparsity(
@@ -315,6 +329,10 @@ def apply_label_sparsity(
     if head is None:
         if is_language_model(model):  # a classifier has no vocabulary head: nothing to gain, nothing to say
             warn_once(f"turbotrain: label sparsity left {model_name} dense: it has no output embeddings to gather at.")
+        return None
+    problem = _virtual_rows(model)
+    if problem is not None:
+        warn_once(f"turbotrain: label sparsity left {model_name} dense: {problem}.")
         return None
     if check:
         with _trial_sparsity(model, head) as trial:

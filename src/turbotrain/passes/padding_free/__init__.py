@@ -32,7 +32,9 @@ line, named in the summary; `trainer_refusal`): NEFTune (`neftune_noise_alpha`) 
 Trainer adds its hook in `train()`, after the passes: a packed row's L (the whole batch's tokens) made the noise
 0.45x stock's at batch 8, and no option packs anyway. Losses with NEFTune equal stock's step by step.
 
-Refused (one warning, the model trains padded): decoder sequence classification (GPT-2, Llama pool
+Refused (one warning, the model trains padded): PEFT prompt learning (prompt tuning, p-tuning, prefix tuning:
+`modeling.prompt_learning`; its virtual tokens come before each padded row, and PEFT drops the restarting
+`position_ids`), decoder sequence classification (GPT-2, Llama pool
 the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
 choice: their labels are positions in the padded row), attention implementations other than SDPA,
 eager, flash and flex (paged attention, custom kernels), models whose outputs at real tokens change with the ids under the mask
@@ -261,6 +263,9 @@ class PaddingFree(HookedPass):
 
 
 def _refusal(model: nn.Module, task: str | None, spec: PackingSpec, probe: bool = True) -> str | None:
+    prompt = modeling.prompt_learning(model)
+    if prompt is not None:
+        return f"{prompt}, and packed rows' positions and sequence starts would not line up with them"
     if task is None:
         return "its task is not masked-LM, causal-LM, token or sequence classification"
     if task == "sequence_classification" and spec.causal:

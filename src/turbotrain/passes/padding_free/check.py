@@ -5,7 +5,8 @@
 (`_loss_check`: forward-only on an fp32 CPU run, forward and backward under the run's precision elsewhere),
 every real token's logits (`compare_token_outputs`), padded batches through the packed-attention function
 against stock, and whether a row's second sequence reads its first (`carries_state`). It returns a
-one-line description of the first problem, or None; it never raises.
+one-line description of the first problem, or None; it never raises (`never_raises`: outputs that do not line
+up with the batch, such as a PEFT prompt-tuning model's [B, L + 8, V] logits for [B, L] tokens, are a problem).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS, PackingSpec, pack_batch
-from turbotrain.passes.self_check import check_under_run_precision, compare_losses, current_precision
+from turbotrain.passes.self_check import check_under_run_precision, compare_losses, current_precision, never_raises
 from turbotrain.utils.mode import training_mode
 
 
@@ -44,6 +45,7 @@ def check_lengths(model: nn.Module) -> tuple[list[int], int]:
     return [window + 2, window + 1, 3], 2 * window + 6
 
 
+@never_raises
 def self_check(model: nn.Module, installed, task: str) -> str | None:
     """Padded vs packed loss and per-token outputs on an uneven batch longer than any window, then
     `carries_state`; a description of the problem, or None."""
@@ -89,6 +91,7 @@ def _packed(padded: dict, spec: PackingSpec, device, capacity: int = 0) -> dict:
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in packed.items()}
 
 
+@never_raises
 def compare_token_outputs(model: nn.Module, padded: dict, packed: dict, stock=None) -> str | None:
     """None when every real token's logits (per-sequence logits for a pooling classifier) agree between the
     padded and the packed forward (1e-4 of the largest in fp32, 2e-2 otherwise), else what differs. A loss
@@ -101,6 +104,9 @@ def compare_token_outputs(model: nn.Module, padded: dict, packed: dict, stock=No
     except Exception as error:
         return f"the packed forward raised {type(error).__name__}: {error}"
     tokens = padded["attention_mask"].bool()
+    problem = _unaligned(stock, rewritten, tokens)
+    if problem is not None:
+        return problem
     if stock.dim() == 3:  # [B, L, V] -> [N, V], real tokens in batch order; packed [R, C, V] at the same tokens
         lengths = tokens.sum(1)
         within = torch.arange(int(lengths.sum()), device=lengths.device) - torch.repeat_interleave(
@@ -114,6 +120,20 @@ def compare_token_outputs(model: nn.Module, padded: dict, packed: dict, stock=No
     gap, scale = (stock.float() - rewritten.float()).abs().max().item(), stock.float().abs().max().item()
     if not gap <= tolerance * max(scale, 1e-6):
         return f"packed outputs differ from stock by up to {gap:.3g} (largest output {scale:.3g})"
+    return None
+
+
+def _unaligned(stock, rewritten, tokens: torch.Tensor) -> str | None:
+    """Why the padded and packed logits cannot be compared token by token (not tensors, a per-token output whose
+    [B, L] is not the batch's, other ranks), or None."""
+    if not (torch.is_tensor(stock) and torch.is_tensor(rewritten)):
+        return f"the outputs' logits are {type(stock).__name__} and {type(rewritten).__name__}, not tensors"
+    if stock.dim() not in (2, 3):
+        return f"the outputs' logits have rank {stock.dim()}, not [sequences, classes] or [batch, length, vocabulary]"
+    if stock.dim() == 3 and stock.shape[:2] != tokens.shape:
+        return f"the outputs {tuple(stock.shape)} do not line up with the batch's tokens {tuple(tokens.shape)}"
+    if stock.dim() == 3 and rewritten.dim() != 3:
+        return f"packed outputs have rank {rewritten.dim()}, stock's {stock.dim()}"
     return None
 
 

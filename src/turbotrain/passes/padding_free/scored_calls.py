@@ -48,7 +48,7 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free import packing_spec, refusal_of_model
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, sequence_metadata
-from turbotrain.passes.self_check import check_batch
+from turbotrain.passes.self_check import check_batch, never_raises
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import log_once
 
@@ -177,6 +177,7 @@ def refusal(model: nn.Module, probe: bool = True) -> str | None:
     return refusal_of_model(model, packing_spec(model), probe)
 
 
+@never_raises
 def self_check(model: nn.Module, packer: PackedScoredCalls) -> str | None:
     """Padded and packed forwards of an uneven batch, right-padded then left-padded, agree at every real token (the
     body's last hidden states: no [tokens, vocabulary] logits), or why not. Rows outgrow every attention window."""
@@ -205,6 +206,10 @@ def _compare(model: nn.Module, packer: PackedScoredCalls, call: dict, side: str)
                 packer.switch.unmark()
     except Exception as error:  # the check must never take training down with it
         return f"the packed forward raised {type(error).__name__}: {error}"
+    tokens = tuple(call["attention_mask"].shape)
+    if padded.dim() != 3 or padded.shape[:2] != tokens or tuple(packed.shape[:-1]) != (1, layout.tokens):
+        shapes = f"{tuple(padded.shape)} padded, {tuple(packed.shape)} packed"
+        return f"the body's hidden states ({shapes}) do not line up with the call's tokens {tokens}"
     expected = padded.reshape(-1, padded.shape[-1]).index_select(0, layout.index).float()
     got = packed[0].float()
     tolerance = 1e-4 if padded.dtype == torch.float32 else 2e-2
