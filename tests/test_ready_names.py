@@ -1,6 +1,7 @@
 """The ready names a stock script swaps to by a pure rename: `TurboSeq2SeqTrainer`,
 `TurboSeq2SeqTrainingArguments`, `TurboSFTTrainer`, `TurboSFTConfig`, `TurboDPOTrainer`, `TurboDPOConfig`,
-`TurboGRPOTrainer`, `TurboGRPOConfig` (lazy; TRL's only with the llm extra)."""
+`TurboKTOTrainer`, `TurboKTOConfig`, `TurboGRPOTrainer`, `TurboGRPOConfig`, `TurboRLOOTrainer`, `TurboRLOOConfig`
+(lazy; TRL's only with the llm extra)."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def test_seq2seq_names_train_the_stock_losses(tmp_path):
 
 
 @pytest.mark.requires_llm
-def test_dpo_grpo_and_rloo_names_are_the_turbo_classes():
+def test_dpo_kto_grpo_and_rloo_names_are_the_turbo_classes():
     from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
     assert turbotrain.TurboDPOTrainer is turbo(DPOTrainer) and turbotrain.TurboDPOConfig is turbo_arguments(DPOConfig)
@@ -81,6 +82,9 @@ def test_dpo_grpo_and_rloo_names_are_the_turbo_classes():
     assert turbotrain.TurboGRPOConfig is turbo_arguments(GRPOConfig)
     assert turbotrain.TurboRLOOTrainer is turbo(RLOOTrainer)
     assert turbotrain.TurboRLOOConfig is turbo_arguments(RLOOConfig)
+    from trl import KTOConfig, KTOTrainer
+
+    assert turbotrain.TurboKTOTrainer is turbo(KTOTrainer) and turbotrain.TurboKTOConfig is turbo_arguments(KTOConfig)
     args = turbotrain.TurboDPOConfig(output_dir="out", beta=0.2, backend="eager", bf16=False)  # TRL: bf16 default
     again = pickle.loads(pickle.dumps(args))
     assert type(again) is turbotrain.TurboDPOConfig and (again.beta, again.backend) == (0.2, "eager")

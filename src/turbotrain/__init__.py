@@ -3,8 +3,8 @@
     from turbotrain import TurboTrainer, TurboTrainingArguments   # was: Trainer, TrainingArguments
 
 Ready names for the common subclasses: `TurboSeq2SeqTrainer` / `TurboSeq2SeqTrainingArguments`, and
-`TurboSFTTrainer` / `TurboSFTConfig`, `TurboDPOTrainer` / `TurboDPOConfig`, `TurboGRPOTrainer` /
-`TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
+`TurboSFTTrainer` / `TurboSFTConfig`, `TurboDPOTrainer` / `TurboDPOConfig`, `TurboKTOTrainer` / `TurboKTOConfig`,
+`TurboGRPOTrainer` / `TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig` (TRL, the llm extra). Any other Trainer subclass gets the same with
 `turbo(MyTrainer)` and `turbo_arguments(MyArguments)`.
 `optimize(model)` installs the same exact passes for a plain `Trainer` or a custom loop;
 `compile(module, backend=...)` puts any module's training step (a diffusers UNet...) on a backend;
@@ -28,6 +28,8 @@ _LAZY = {
     "TurboSFTTrainer": "turbotrain.sft",
     "TurboDPOConfig": "turbotrain.preference",  # needs trl too
     "TurboDPOTrainer": "turbotrain.preference",
+    "TurboKTOConfig": "turbotrain.preference",
+    "TurboKTOTrainer": "turbotrain.preference",
     "TurboGRPOConfig": "turbotrain.preference",
     "TurboGRPOTrainer": "turbotrain.preference",
     "TurboRLOOConfig": "turbotrain.preference",

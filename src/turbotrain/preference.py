@@ -1,10 +1,10 @@
-"""Ready names for TRL's preference and RL trainers: `TurboDPOTrainer` / `TurboDPOConfig` and
-`TurboGRPOTrainer` / `TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig`.
+"""Ready names for TRL's preference and RL trainers: `TurboDPOTrainer` / `TurboDPOConfig`, `TurboKTOTrainer` /
+`TurboKTOConfig`, `TurboGRPOTrainer` / `TurboGRPOConfig`, `TurboRLOOTrainer` / `TurboRLOOConfig`.
 
     from turbotrain import TurboDPOConfig, TurboDPOTrainer  # was: from trl import DPOConfig, DPOTrainer
 
-They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and GRPO's, RLOO's), made once; what turbotrain changes
-for each trainer is in passes/fused_head_calls.py (DPO's and GRPO's per-row weighted log-probs, GRPO's with its
+They are `turbo(DPOTrainer)`, `turbo_arguments(DPOConfig)` (and KTO's, GRPO's, RLOO's), made once; what turbotrain
+changes for each trainer is in passes/fused_head_calls.py (DPO's, KTO's and GRPO's per-row weighted log-probs, GRPO's with its
 sampling temperature, RLOO's as GRPO's; their reference models' calls: passes/label_sparsity/reference_calls.py; GRPO's
 generation stays TRL's)
 and the run's summary line (where a trainer's calls are not answered, it says why: trl_boundary.py). Other
@@ -18,12 +18,25 @@ from turbotrain.trainer import turbo
 from turbotrain.utils.imports import require
 
 require(
-    "trl", "TurboDPOTrainer, TurboDPOConfig, TurboGRPOTrainer, TurboGRPOConfig, TurboRLOOTrainer and TurboRLOOConfig"
+    "trl",
+    "TurboDPOTrainer, TurboDPOConfig, TurboKTOTrainer, TurboKTOConfig, TurboGRPOTrainer, TurboGRPOConfig, "
+    "TurboRLOOTrainer and TurboRLOOConfig",
 )
-from trl import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer  # noqa: E402 - after the extra's error
+from trl import (  # noqa: E402 - after the extra's error
+    DPOConfig,
+    DPOTrainer,
+    GRPOConfig,
+    GRPOTrainer,
+    KTOConfig,
+    KTOTrainer,
+    RLOOConfig,
+    RLOOTrainer,
+)
 
 TurboDPOConfig = turbo_arguments(DPOConfig)
 TurboDPOTrainer = turbo(DPOTrainer)
+TurboKTOConfig = turbo_arguments(KTOConfig)
+TurboKTOTrainer = turbo(KTOTrainer)
 TurboGRPOConfig = turbo_arguments(GRPOConfig)
 TurboGRPOTrainer = turbo(GRPOTrainer)
 TurboRLOOConfig = turbo_arguments(RLOOConfig)

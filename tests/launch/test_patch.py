@@ -90,6 +90,37 @@ def test_trl_names_become_turbotrain_s_and_trl_keeps_its_own_classes(patched):
     )
 
 
+@pytest.mark.requires_llm
+@pytest.mark.parametrize("patched", [{"backend": "eager"}], indirect=True)
+def test_kto_names_become_turbotrain_s_with_the_run_defaults_and_come_back(patched, tmp_path):
+    import trl
+    import trl.trainer
+    from trl.trainer.kto_config import KTOConfig
+    from trl.trainer.kto_trainer import KTOTrainer
+
+    from turbotrain import TurboKTOConfig, TurboKTOTrainer
+
+    assert trl.KTOTrainer is TurboKTOTrainer and trl.trainer.KTOTrainer is TurboKTOTrainer
+    assert issubclass(trl.KTOConfig, TurboKTOConfig) and issubclass(trl.trainer.KTOConfig, KTOConfig)
+    assert importlib.import_module("trl.trainer.kto_trainer").KTOTrainer is KTOTrainer, "its module keeps TRL's"
+    args = trl.KTOConfig(output_dir=str(tmp_path), desirable_weight=2.0, bf16=False)
+    assert (args.backend, args.desirable_weight) == ("eager", 2.0)
+    again = pickle.loads(pickle.dumps(args))
+    assert type(again) is TurboKTOConfig and again.backend == "eager"
+    patched.undo()
+    assert trl.KTOTrainer is KTOTrainer and trl.KTOConfig is KTOConfig
+
+
+def test_a_trl_pair_a_release_lacks_stays_stock_and_the_others_are_replaced(monkeypatch, caplog):
+    from turbotrain.launch import patch as launch_patch
+
+    monkeypatch.setattr(launch_patch, "is_trl_available", lambda: True)
+    monkeypatch.setattr(launch_patch, "TRL_CLASSES", {"Trainer": "transformers.trainer", "GoneTrainer": "no.such"})
+    with caplog.at_level("WARNING", logger="turbotrain"):
+        made = launch_patch._trl_classes({})
+    assert made == {"Trainer": TurboTrainer} and "TRL's GoneTrainer stay stock: ModuleNotFoundError" in caplog.text
+
+
 @pytest.mark.parametrize("patched", [{"backend": "eager", "padding_free": False}], indirect=True)
 def test_run_options_are_the_defaults_and_what_the_script_sets_wins(patched, tmp_path):
     args = transformers.TrainingArguments(output_dir=str(tmp_path))

@@ -3,7 +3,8 @@
 `install(defaults)` sets, for the rest of the process,
 
     transformers.Trainer / TrainingArguments / Seq2SeqTrainer / Seq2SeqTrainingArguments
-    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / GRPOTrainer / GRPOConfig / RLOOTrainer / RLOOConfig   (when TRL is installed)
+    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / KTOTrainer / KTOConfig / GRPOTrainer / GRPOConfig /
+        RLOOTrainer / RLOOConfig   (when TRL is installed)
 
 to `turbo(X)` and `turbo_arguments(X)` (the ready names' classes: `transformers.Trainer is TurboTrainer`),
 in the packages scripts import them from: `transformers` (a `_LazyModule`: an attribute set on it wins
@@ -26,7 +27,8 @@ Seq2SeqTrainer and their arguments; `install` imports TRL's trainers and configs
 (~0.5 s), so `SFTTrainer` stays `SFTTrainer(_BaseTrainer(Trainer))` and `turbo(SFTTrainer)` keeps TRL's
 own `padding_free` field apart from turbotrain's (`turbo_padding_free`). A library the script imports
 later that subclasses `Trainer` at import time (sentence-transformers' trainer, ...) is built on
-turbotrain's classes, like a script's own subclass. A TRL trainer not listed here keeps TRL's class.
+turbotrain's classes, like a script's own subclass. A TRL trainer not listed here keeps TRL's class, and so does
+a listed one whose module a TRL release moved or dropped (one warning naming it; the others are still replaced).
 
 `defaults` (options from `turbotrain run` flags or `TURBOTRAIN_OPTIONS`) become the defaults of the
 arguments classes: each is then a subclass made for this run with those field defaults, so a value the
@@ -51,11 +53,13 @@ TRANSFORMERS_CLASSES = {  # name -> the module that defines it (and keeps it)
     "Seq2SeqTrainer": "transformers.trainer_seq2seq",
     "Seq2SeqTrainingArguments": "transformers.training_args_seq2seq",
 }
-TRL_CLASSES = {  # the TRL trainers turbotrain is tested with (tests/llm/test_trl.py)
+TRL_CLASSES = {  # the TRL trainers turbotrain is tested with (tests/llm/test_trl*.py)
     "SFTTrainer": "trl.trainer.sft_trainer",
     "SFTConfig": "trl.trainer.sft_config",
     "DPOTrainer": "trl.trainer.dpo_trainer",
     "DPOConfig": "trl.trainer.dpo_config",
+    "KTOTrainer": "trl.trainer.kto_trainer",
+    "KTOConfig": "trl.trainer.kto_config",
     "GRPOTrainer": "trl.trainer.grpo_trainer",
     "GRPOConfig": "trl.trainer.grpo_config",
     "RLOOTrainer": "trl.trainer.rloo_trainer",
@@ -139,13 +143,21 @@ def _turbo_classes(names: dict[str, str], defaults: dict) -> dict[str, type]:
 
 
 def _trl_classes(defaults: dict) -> dict[str, type]:
+    """The turbo classes of `TRL_CLASSES`, a trainer and its config together: a pair whose module this TRL release
+    lacks stays stock (one warning), the others are made."""
     if not is_trl_available():
         return {}
-    try:
-        return _turbo_classes(TRL_CLASSES, defaults)
-    except (ImportError, AttributeError) as error:  # a TRL release without these modules: TRL stays stock
-        logger.warning("turbotrain run: TRL's trainers stay stock: %s: %s", type(error).__name__, error)
-        return {}
+    pairs: dict[str, dict[str, str]] = {}
+    for name, module_name in TRL_CLASSES.items():
+        pairs.setdefault(name.removesuffix("Trainer").removesuffix("Config"), {})[name] = module_name
+    made = {}
+    for pair in pairs.values():
+        try:
+            made.update(_turbo_classes(pair, defaults))
+        except (ImportError, AttributeError) as error:  # a TRL release that moved or dropped them: they stay stock
+            names = " and ".join(pair)
+            logger.warning("turbotrain run: TRL's %s stay stock: %s: %s", names, type(error).__name__, error)
+    return made
 
 
 def _set(patch: Patch, module, name: str, value) -> None:
