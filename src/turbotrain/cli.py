@@ -21,6 +21,12 @@ def _add_model_flags(parser: argparse.ArgumentParser, defaults) -> None:
     parser.add_argument("--seed", type=int, default=defaults.seed)
 
 
+def _add_overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--overwrite", action="store_true", help=f"write into a folder that holds {what} (refused without it)"
+    )
+
+
 def _pretrain_parser(sub) -> None:
     from turbotrain.pretrain import PretrainConfig
     from turbotrain.pretrain.config import BF16_CHOICES
@@ -50,6 +56,7 @@ def _pretrain_parser(sub) -> None:
     p.add_argument("--eval-steps", type=int, default=None, help="held-out evaluation every N steps (1/8 of the run)")
     p.add_argument("--save-steps", type=int, default=None, help="committed checkpoint every N steps (1/8 of the run)")
     p.add_argument("--resume", action="store_true", help="continue from the newest complete checkpoint in OUTPUT_DIR")
+    _add_overwrite_flag(p, "an earlier run (weights, checkpoints): train into it")
     p.add_argument(
         "--compare",
         action="store_true",
@@ -88,6 +95,7 @@ def _export_parser(sub) -> None:
         default=None,
         help="largest accepted |onnxruntime - torch| of the fp32 logits (default 1e-4)",
     )
+    _add_overwrite_flag(p, "an earlier export: replace it whole")
 
 
 def _bench_parser(sub) -> None:
@@ -99,6 +107,7 @@ def _bench_parser(sub) -> None:
         description="Every workload's flags are its dataclass fields (bench/workloads/); --task picks one.",
     )
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and bench.png")
+    _add_overwrite_flag(p, "an earlier benchmark's reports")
     add_workload_flags(p)
 
 
@@ -117,7 +126,8 @@ def _run_bench(ns: argparse.Namespace) -> int:
     from turbotrain.bench.flags import workload_from_flags
     from turbotrain.bench.runner import run_bench
 
-    run_bench(workload_from_flags({k: v for k, v in vars(ns).items() if k not in {"command", "out"}}), out_dir=ns.out)
+    flags = {k: v for k, v in vars(ns).items() if k not in {"command", "out", "overwrite"}}
+    run_bench(workload_from_flags(flags), out_dir=ns.out, overwrite=ns.overwrite)
     return 0
 
 
@@ -131,12 +141,14 @@ def _run_export(ns: argparse.Namespace) -> int:
         quantize=tuple(ns.quantize),
         verify=ns.verify,
         tolerance=ns.tolerance,
+        overwrite=ns.overwrite,
     )
 
 
 def _ondevice_bench_parser(sub) -> None:
     p = sub.add_parser("bench-ondevice", help="on-device fine-tuning (onnxruntime + numpy) vs torch, interleaved")
     p.add_argument("--out", default="bench-ondevice")
+    _add_overwrite_flag(p, "an earlier run's artifacts and ondevice.json")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument(
@@ -151,7 +163,8 @@ def _ondevice_bench_parser(sub) -> None:
 def _run_ondevice_bench(ns: argparse.Namespace) -> int:
     from turbotrain.bench.ondevice import OnDeviceBench, run_ondevice_bench
 
-    run_ondevice_bench(OnDeviceBench(out=ns.out, rounds=ns.rounds, steps=ns.steps, trainable=tuple(ns.trainable)))
+    cfg = OnDeviceBench(out=ns.out, rounds=ns.rounds, steps=ns.steps, trainable=tuple(ns.trainable))
+    run_ondevice_bench(cfg, overwrite=ns.overwrite)
     return 0
 
 
@@ -160,6 +173,7 @@ def _profile_parser(sub) -> None:
 
     p = sub.add_parser("profile-ort", help="ONNX Runtime kernel time by op type for the mlm benchmark workload")
     p.add_argument("--out", default="profile-ort")
+    _add_overwrite_flag(p, "an earlier profile")
     p.add_argument("--steps", type=int, default=5)
     _add_model_flags(p, CorpusLM(task="mlm"))
 
@@ -168,8 +182,8 @@ def _run_profile(ns: argparse.Namespace) -> int:
     from turbotrain.bench.ort_profile import profile_onnxruntime
     from turbotrain.bench.workloads.corpus_lm import CorpusLM
 
-    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out", "steps"}}
-    profile_onnxruntime(CorpusLM(task="mlm", **fields), steps=ns.steps, out_dir=ns.out)
+    fields = {k: v for k, v in vars(ns).items() if k not in {"command", "out", "steps", "overwrite"}}
+    profile_onnxruntime(CorpusLM(task="mlm", **fields), steps=ns.steps, out_dir=ns.out, overwrite=ns.overwrite)
     return 0
 
 

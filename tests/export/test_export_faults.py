@@ -1,13 +1,14 @@
 """`turbotrain export` under faults: it writes into a temporary folder beside the target and moves it
-into place only after verification, so an earlier export is replaced whole (no stale variants beside
-a new model.onnx) and a failed one leaves nothing behind; a missing or damaged model directory gives
-one clear line."""
+into place only after verification, so an earlier export (with --overwrite; refused without) is replaced
+whole (no stale variants beside a new model.onnx) and a failed one leaves nothing behind; a missing or
+damaged model directory gives one clear line."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests import tiny_models
+from tests.folder_snapshot import snapshot
 from turbotrain.cli import main
 
 pytestmark = pytest.mark.requires_onnx
@@ -31,16 +32,25 @@ def error_line(capsys) -> str:
     return lines[0]
 
 
-def test_a_new_export_replaces_the_earlier_one_whole_and_a_failed_one_changes_nothing(tmp_path, model_dir, monkeypatch):
-    """One target folder through its life, each export paid once: an export with variants, a plain export
-    that replaces it whole, then an export whose verification fails over it and one into a fresh folder."""
+def test_a_new_export_replaces_the_earlier_one_whole_and_a_failed_one_changes_nothing(
+    tmp_path, model_dir, monkeypatch, capsys
+):
+    """One target folder through its life, each export paid once: an export with variants, a second export
+    refused without --overwrite (every file as it was), a plain export with --overwrite that replaces it whole,
+    then an export whose verification fails over it and one into a fresh folder."""
     import turbotrain.export.deploy as deploy
     from turbotrain.export.verify import verify_onnx
 
     out = tmp_path / "onnx"
     assert main(["export", str(model_dir), str(out), "--optimize", "--quantize", "int8"]) == 0
     assert {"model.onnx", "model.optimized.onnx", "model.int8.onnx"} <= set(listing(out))
-    assert main(["export", str(model_dir), str(out)]) == 0
+    first = snapshot(out)
+    capsys.readouterr()
+    assert main(["export", str(model_dir), str(out)]) == 2
+    assert error_line(capsys).startswith(f"turbotrain export: error: {out} already holds an export (model.int8.onnx")
+    assert snapshot(out) == first and listing(tmp_path) == ["model", "onnx"]
+    assert main(["export", str(model_dir), str(out), "--overwrite"]) == 0
+    assert f"--overwrite: {out} holds an export" in capsys.readouterr().out
     assert "model.optimized.onnx" not in listing(out) and "model.int8.onnx" not in listing(out)
     assert listing(tmp_path) == ["model", "onnx"], "no temporary folder is left beside the target"
 
@@ -50,7 +60,7 @@ def test_a_new_export_replaces_the_earlier_one_whole_and_a_failed_one_changes_no
         "verify_onnx",
         lambda model, path, tolerance: verify_onnx(tiny_models.make("bert", seed=1), path, tolerance),
     )
-    assert main(["export", str(model_dir), str(out), "--optimize"]) == 1
+    assert main(["export", str(model_dir), str(out), "--optimize", "--overwrite"]) == 1
     assert {name: (out / name).read_bytes() for name in listing(out)} == before
     assert listing(tmp_path) == ["model", "onnx"]
     assert main(["export", str(model_dir), str(tmp_path / "fresh")]) == 1

@@ -1,4 +1,5 @@
-"""The output directory is checked before training and locked for one run at a time."""
+"""The output directory is checked before training and locked for one run at a time; the lock removes its file
+and the folders it made when it leaves."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import pytest
 
 from turbotrain.cli import main
-from turbotrain.pretrain.guard import LOCK_NAME, OutputDirLock
+from turbotrain.pretrain.guard import LOCK_NAME, OutputDirLock, _still_named
 
 
 def test_second_run_into_the_same_directory_is_refused(tmp_path):
@@ -65,3 +66,42 @@ def test_read_only_existing_output_dir_is_refused(tmp_path, capsys):
         assert "is not writable" in capsys.readouterr().err
     finally:
         out.chmod(0o755)
+
+
+def test_a_start_that_fails_under_the_lock_leaves_no_folder_and_no_lock_file(tmp_path):
+    out = tmp_path / "new" / "deeper" / "out"
+    with pytest.raises(RuntimeError, match="corpus failed"), OutputDirLock(out):
+        assert (out / LOCK_NAME).is_file()
+        raise RuntimeError("corpus failed")
+    assert list(tmp_path.iterdir()) == [], "every folder the lock made is gone"
+
+
+def test_a_run_keeps_its_folder_and_leaves_no_lock_file(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / LOCK_NAME).write_text("12345")  # a SIGKILLed run's stale lock file: taken over, removed on leaving
+    with OutputDirLock(out):
+        (out / "model.safetensors").write_bytes(b"weights")
+    assert sorted(p.name for p in out.iterdir()) == ["model.safetensors"]
+
+
+def test_a_refused_lock_leaves_the_holders_lock_file(tmp_path):
+    with OutputDirLock(tmp_path / "out"):
+        with pytest.raises(ValueError, match="another run"), OutputDirLock(tmp_path / "out"):
+            pass
+        assert (tmp_path / "out" / LOCK_NAME).read_text() == str(os.getpid())
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_lock_file_removed_after_it_was_opened_is_not_taken(tmp_path):
+    """The race the removal allows: a run opens the lock file, its holder removes it on leaving, the run locks
+    the old file; it must see the path names another file (or none) and open it again."""
+    path = tmp_path / LOCK_NAME
+    with open(path, "a+") as old:
+        assert _still_named(old, path)
+        path.unlink()
+        assert not _still_named(old, path)
+        path.write_text("")  # the next run's new lock file
+        assert not _still_named(old, path)
+    with OutputDirLock(tmp_path):  # and the lock itself takes the path's file
+        assert (tmp_path / LOCK_NAME).read_text() == str(os.getpid())

@@ -3,6 +3,7 @@ same head fine-tune of a small BERT, each in its own process, interleaved (torch
 
 Reports artifact sizes, export time, median step time per round and the peak resident memory of each
 process (interpreter and libraries included: that is what a device must hold). A script, not a test.
+An `out` holding an earlier run (`ondevice.json`, `artifacts/`) is refused unless `--overwrite` (`ONDEVICE_RUN`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ import torch
 from transformers import BertConfig, BertForSequenceClassification
 
 from turbotrain.pretrain.shape import ModelShape
+from turbotrain.utils.run_folder import RunFolder
+
+ONDEVICE_RUN = RunFolder(
+    what="an on-device benchmark",
+    marks=("ondevice.json", "artifacts"),
+    folder_flag="--out",
+    replaces="artifacts/ and ondevice.json are rewritten",
+)
 
 
 @dataclass
@@ -65,12 +74,15 @@ def _worker(mode: str, cfg: OnDeviceBench, artifacts: Path) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run_ondevice_bench(cfg: OnDeviceBench) -> dict:
+def run_ondevice_bench(cfg: OnDeviceBench, overwrite: bool = False) -> dict:
     from rich.console import Console
 
     from turbotrain.export import export_training_artifacts
 
     console = Console()
+    replacing = ONDEVICE_RUN.claim(cfg.out, overwrite)  # an earlier run's folder: refused before any export
+    if replacing:
+        console.print(replacing, soft_wrap=True)  # one line, however long
     out = Path(cfg.out)
     artifacts = out / "artifacts"
     model = cfg.model()

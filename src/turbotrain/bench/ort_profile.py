@@ -3,7 +3,8 @@
 `turbotrain profile-ort` trains the benchmark workload for a few steps with `backend="onnxruntime"` and
 `enable_profiling` on every session, then sums the profiler's node events (kernel time, excluding
 ONNX Runtime's fences and the session run overhead) per op type over the steps after the first two
-(those export and warm up). A script, not a test.
+(those export and warm up). A script, not a test. An `out_dir` holding an earlier profile (`op_times.json`,
+`ort*.json`) is refused unless `--overwrite` (`PROFILE_RUN`); only this run's profiles are summed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,14 @@ from transformers.trainer_callback import PrinterCallback
 from turbotrain.args import TurboTrainingArguments
 from turbotrain.bench.workloads.corpus_lm import CorpusLM
 from turbotrain.trainer import TurboTrainer
+from turbotrain.utils.run_folder import RunFolder
+
+PROFILE_RUN = RunFolder(
+    what="an ONNX Runtime profile",
+    marks=("op_times.json", "ort*.json"),
+    folder_flag="--out",
+    replaces="op_times.json is rewritten from this run's profiles (the earlier ort*.json files stay, not counted)",
+)
 
 
 def op_times(profile_files: list[Path], skip_runs: int = 2) -> dict[str, float]:
@@ -39,11 +48,19 @@ def op_times(profile_files: list[Path], skip_runs: int = 2) -> dict[str, float]:
 
 
 def profile_onnxruntime(
-    workload: CorpusLM, steps: int = 5, out_dir: str = "profile-ort", console: Console | None = None
+    workload: CorpusLM,
+    steps: int = 5,
+    out_dir: str = "profile-ort",
+    console: Console | None = None,
+    overwrite: bool = False,
 ) -> dict[str, float]:
     console = console or Console()
+    replacing = PROFILE_RUN.claim(out_dir, overwrite)  # an earlier profile: refused before any training
+    if replacing:
+        console.print(replacing, soft_wrap=True)  # one line, however long
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    earlier = set(out.glob("ort*.json"))  # an earlier run's, kept by --overwrite
     data, model = workload.data(), workload.model()
     options = {"session_options": {"enable_profiling": True, "profile_file_prefix": str(out / "ort")}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -56,7 +73,7 @@ def profile_onnxruntime(
         sessions = _sessions(trainer)
     for session in sessions:
         session.end_profiling()
-    totals = op_times(sorted(out.glob("ort*.json")))
+    totals = op_times(sorted(set(out.glob("ort*.json")) - earlier))  # this run's profiles only
     (out / "op_times.json").write_text(json.dumps(totals, indent=2) + "\n")
     _print(console, totals, steps - 2)
     return totals
@@ -67,7 +84,8 @@ def _sessions(trainer) -> list:
 
     from turbotrain.backends.ort_graph import OrtGraph
 
-    return [g.session for g in gc.get_objects() if isinstance(g, OrtGraph) and g.session is not None]
+    # type(), not isinstance(): a dead weakref proxy among the objects raises ReferenceError on isinstance
+    return [g.session for g in gc.get_objects() if issubclass(type(g), OrtGraph) and g.session is not None]
 
 
 def _print(console: Console, totals: dict[str, float], steps: int) -> None:

@@ -1,5 +1,6 @@
 """Bench output: a console table, `bench.json`, `bench.md` (a dated row ready for benchmarks/) and, with the
-`plot` extra installed, `bench.png` (chart.py)."""
+`plot` extra installed, `bench.png` (chart.py). `BENCH_RUN`: a `--out` holding them is refused before the
+benchmark starts unless `--overwrite` (utils/run_folder.py; runner.py asks)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,14 @@ import turbotrain
 from turbotrain.bench.workload import UNIT_KEYS
 from turbotrain.utils.cpu import cpu_model, matmul_flags
 from turbotrain.utils.plotting import is_matplotlib_available
+from turbotrain.utils.run_folder import RunFolder
 
+BENCH_RUN = RunFolder(
+    what="a benchmark",
+    marks=("bench.json", "bench.md", "bench.png"),
+    folder_flag="--out",
+    replaces="bench.json, bench.md and bench.png are rewritten",
+)
 SPLIT = ("weights", "gradients", "optimizer", "logits", "activations")
 
 

@@ -46,7 +46,7 @@ from rich.progress import Progress
 from turbotrain.bench.counting import BatchCount, BatchCounter
 from turbotrain.bench.initial_model import ModelFile, SpilledModel
 from turbotrain.bench.isolated import call_in_process
-from turbotrain.bench.report import environment, write_reports
+from turbotrain.bench.report import BENCH_RUN, environment, write_reports
 from turbotrain.bench.workload import UNIT_KEYS, Workload
 from turbotrain.measure.flops import ModelFlops, step_flops
 from turbotrain.measure.memory import MemorySplit, PeakMemory, split_growth
@@ -272,8 +272,13 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
     return result
 
 
-def run_bench(workload: Workload, out_dir: str = "bench-out", console: Console | None = None) -> dict:
+def run_bench(
+    workload: Workload, out_dir: str = "bench-out", console: Console | None = None, overwrite: bool = False
+) -> dict:
     console = console or Console(width=140)
+    replacing = BENCH_RUN.claim(out_dir, overwrite)  # an earlier benchmark's --out: refused before measuring
+    if replacing:
+        console.print(replacing, soft_wrap=True)  # one line, however long
     device = workload.device
     with console.status("Preparing data and the initial model, measuring the matmul peak..."):
         data = workload.data()

@@ -1,4 +1,7 @@
-"""`turbotrain export MODEL_DIR OUT_DIR`: load a saved model, export it, print the verification."""
+"""`turbotrain export MODEL_DIR OUT_DIR`: load a saved model, export it, print the verification.
+
+An OUT_DIR holding an earlier export (`*.onnx`) is refused before anything is loaded unless `--overwrite`
+(`EXPORT_RUN`, utils/run_folder.py); then the export replaces it whole once verified (staging.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +12,14 @@ from rich.console import Console
 from turbotrain.export.deploy import DeployExport, export_onnx, load_trained_model
 from turbotrain.export.staging import check_target
 from turbotrain.export.verify import VerificationError
+from turbotrain.utils.run_folder import RunFolder
+
+EXPORT_RUN = RunFolder(
+    what="an export",
+    marks=("*.onnx",),
+    folder_flag="OUT_DIR",
+    replaces="the new export replaces the folder whole once it is verified",
+)
 
 
 def print_export(console: Console, result: DeployExport) -> None:
@@ -28,9 +39,13 @@ def run_export(
     verify: bool = True,
     tolerance: float | None = None,
     console: Console | None = None,
+    overwrite: bool = False,
 ) -> int:
     console = console or Console()
     check_target(out_dir)  # refuse a folder the export may not replace before loading anything
+    replacing = EXPORT_RUN.claim(out_dir, overwrite)  # and an earlier export, unless --overwrite
+    if replacing:
+        console.print(replacing, soft_wrap=True)  # one line, however long
     with console.status(f"Loading {model_dir}..."):
         model = load_trained_model(model_dir)
     try:

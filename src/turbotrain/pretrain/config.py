@@ -55,6 +55,7 @@ class PretrainConfig(ModelShape):
     progress: bool = True
     export_onnx: bool = False
     resume: bool = False
+    overwrite: bool = False  # train into a folder holding an earlier run (guard.py)
     compare: bool = False
     plot: bool = True
 
@@ -126,3 +127,5 @@ def check_config(cfg: PretrainConfig) -> None:
         raise ValueError(f"--lr-scheduler must be linear, cosine or constant_with_warmup, got {cfg.lr_scheduler}")
     if cfg.bf16 not in BF16_CHOICES:
         raise ValueError(f"--bf16 must be on, off or auto, got {cfg.bf16}")
+    if cfg.resume and cfg.overwrite:
+        raise ValueError("--resume continues the run in --output-dir, --overwrite replaces it: give one of them")

@@ -1,9 +1,10 @@
 """The main job: pretrain a RoBERTa-style masked LM from scratch on the built-in corpus (or your files).
 
-Steps: lock and check the output directory -> torch's threads (utils/threads.py) -> collect the corpus -> train a
-byte-level BPE tokenizer -> paragraphs at natural length, 3% held out with fixed masks (data.py) -> the run's
-size: `--minutes` (default 10) times this machine's steps and plans model, steps and schedule to end within
-the budget, `--steps N` trains N steps (sizing.py) -> train with `TurboTrainer`
+Steps: refuse a folder holding an earlier run unless --resume or --overwrite, lock and check the output
+directory (guard.py) -> torch's threads (utils/threads.py) -> collect the corpus -> train a byte-level BPE
+tokenizer -> paragraphs at natural length, 3% held out with fixed masks (data.py) -> the run's size:
+`--minutes` (default 10) times this machine's steps and plans model, steps and schedule to end within the
+budget, `--steps N` trains N steps (sizing.py) -> train with `TurboTrainer`
 (padding-free packing, label sparsity; committed checkpoints every `save_steps`, `--resume`; SIGINT /
 SIGTERM save and stop; a non-finite loss, grad norm or weight stops the run keeping the last good
 checkpoint) -> held-out loss, top-1/top-5 against the unigram baseline -> `save_pretrained` -> a stock
@@ -14,6 +15,7 @@ checkpoint) -> held-out loss, top-1/top-5 against the unigram baseline -> `save_
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from turbotrain.checkpoints import last_complete_checkpoint
 from turbotrain.pretrain.callbacks import Curves, HeldOutCurve, StopAtDeadline, StopOnNonFinite, StopOnSignal
 from turbotrain.pretrain.compare import TimeToQuality, time_to_quality
 from turbotrain.pretrain.config import PretrainConfig
-from turbotrain.pretrain.guard import OutputDirLock
+from turbotrain.pretrain.guard import PRETRAIN_RUN, OutputDirLock
 from turbotrain.pretrain.metrics import HeldOut
 from turbotrain.pretrain.probes import Guess, choose_probes, fill_mask
 from turbotrain.pretrain.quiet import quiet_libraries
@@ -71,7 +73,11 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None, measure=No
     started = time.perf_counter()
     console = console or Console(quiet=not cfg.progress, soft_wrap=True)
     quiet_libraries()
+    PRETRAIN_RUN.claim(cfg.output_dir, cfg.overwrite, cfg.resume)  # an earlier run: refused before anything is made
     with OutputDirLock(cfg.output_dir):
+        replacing = PRETRAIN_RUN.claim(cfg.output_dir, cfg.overwrite, cfg.resume)  # again: one finished meanwhile
+        if replacing:
+            print(f"turbotrain pretrain: {replacing}", file=sys.stderr, flush=True)  # said under --quiet too
         console.print(set_threads(cfg.threads).line())
         with console.status("Collecting the corpus and training the tokenizer..."):
             prepared = prepare(cfg)
@@ -193,7 +199,7 @@ def export_for_deployment(console: Console, model_dir: Path) -> Path:
     """`--export-onnx`: the saved model and tokenizer -> verified ONNX in `<output_dir>/onnx`."""
     from turbotrain.export.cli import run_export
 
-    onnx_dir = model_dir / "onnx"
-    if run_export(str(model_dir), str(onnx_dir), console=console) != 0:
+    onnx_dir = model_dir / "onnx"  # this run's own: an earlier export there (--overwrite, --resume) is replaced
+    if run_export(str(model_dir), str(onnx_dir), console=console, overwrite=True) != 0:
         raise RuntimeError(f"the ONNX export in {onnx_dir} does not match torch; see the message above")
     return onnx_dir
