@@ -51,7 +51,7 @@ def _export_refusal(argv_of: Callable[[Path], list[str]], pattern: str) -> Calla
 def _stale_variants(scratch: Path) -> tuple[str, str]:
     model, out = _saved_model(scratch), scratch / "onnx"
     _export(str(model), str(out), "--optimize", "--quantize", "int8")
-    _export(str(model), str(out))
+    _export(str(model), str(out), "--overwrite")
     stale = sorted({"model.optimized.onnx", "model.int8.onnx"} & {p.name for p in out.iterdir()})
     return (
         (WRONG, f"left beside the new model.onnx: {stale}")
@@ -64,7 +64,7 @@ def _failed_verification(scratch: Path) -> tuple[str, str]:
     model, out = _saved_model(scratch), scratch / "onnx"
     _export(str(model), str(out))
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    code, _ = _export(str(model), str(out), "--tolerance", "0")
+    code, _ = _export(str(model), str(out), "--tolerance", "0", "--overwrite")
     if code == 0:
         return SKIPPED, "ONNX Runtime matched torch bit for bit; verification did not fail"
     after = {p.name: p.read_bytes() for p in out.iterdir()} if out.exists() else {}
@@ -72,6 +72,19 @@ def _failed_verification(scratch: Path) -> tuple[str, str]:
     if after != before:
         return LOST, "the earlier export was changed by a failed one"
     return (WRONG, f"left behind: {leftovers}") if leftovers else (RIGHT, "exit 1, the earlier export untouched")
+
+
+def _second_export(scratch: Path) -> tuple[str, str]:
+    """Issue 46: an export into the folder of an earlier one without --overwrite is refused, every file kept."""
+    model, out = _saved_model(scratch), scratch / "onnx"
+    _export(str(model), str(out))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, err = _export(str(model), str(out))
+    if {p.name: p.read_bytes() for p in out.iterdir()} != before:
+        return LOST, "the earlier export was replaced without --overwrite"
+    lines = [line for line in err.splitlines() if line.strip()]
+    clear = code == 2 and len(lines) == 1 and "--overwrite" in lines[0]
+    return (CLEAR if clear else WRONG if code == 0 else TRACEBACK), (lines[-1][:110] if lines else f"exit {code}")
 
 
 def export_probes() -> list[Probe]:
@@ -102,7 +115,8 @@ def export_probes() -> list[Probe]:
         Probe(
             "export", "target folder holding other files", CLEAR, _export_refusal(other_folder, "not an earlier export")
         ),
-        Probe("export", "export over an earlier --optimize --quantize int8 export", RIGHT, _stale_variants),
+        Probe("export", "a second export into the same folder, no --overwrite", CLEAR, _second_export),
+        Probe("export", "--overwrite over an earlier --optimize --quantize int8 export", RIGHT, _stale_variants),
         Probe("export", "verification fails (--tolerance 0) over an earlier export", RIGHT, _failed_verification),
     ]
 

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from scripts.reliability_common import CLEAR, RIGHT, ROOT, SKIPPED, TRACEBACK, WRONG, Probe, cli, judge_refusal
+from scripts.reliability_common import CLEAR, LOST, RIGHT, ROOT, SKIPPED, TRACEBACK, WRONG, Probe, cli, judge_refusal
 
 TINY = [
     "--vocab-size",
@@ -113,6 +113,18 @@ def _two_runs_one_dir(scratch: Path):
     return judge_refusal(second, "lock|already|another")
 
 
+def _second_run_into_a_finished_dir(scratch: Path):
+    """Issue 46: the same command again into a finished run's folder is refused, every file as it was."""
+    first = cli(*_pretrain(scratch), timeout=180)
+    if first.returncode != 0:
+        return judge_refusal(first)[0], "the first run failed: " + (first.stderr.strip().splitlines() or [""])[-1][:80]
+    before = {p: p.read_bytes() for p in (scratch / "out").rglob("*") if p.is_file()}
+    second = cli(*_pretrain(scratch), timeout=180)
+    if {p: p.read_bytes() for p in (scratch / "out").rglob("*") if p.is_file()} != before:
+        return LOST, f"exit {second.returncode}: the first run's files were changed or deleted"
+    return judge_refusal(second, "--resume.*--overwrite")
+
+
 def _sigint_then_resume(scratch: Path):
     """SIGINT once a checkpoint exists (or after 60 s); the run must stop cleanly with one saved, and
     `--resume` must continue from it to 4 steps past it."""
@@ -155,6 +167,7 @@ def pretrain_probes() -> list[Probe]:
         Probe("pretrain", "--lr inf", CLEAR, _lr_inf),
         Probe("pretrain", "read-only existing --output-dir", CLEAR, _read_only_output),
         Probe("pretrain", "two runs into one --output-dir at once", CLEAR, _two_runs_one_dir),
+        Probe("pretrain", "a second run into a finished --output-dir", CLEAR, _second_run_into_a_finished_dir),
         Probe("pretrain", "SIGINT mid-run, then --resume", RIGHT, _sigint_then_resume),
     ]
     return probes
