@@ -38,8 +38,10 @@ def columns(result: dict) -> list[tuple[str, str]]:
         ("backend", "backend"),
         (f"{unit}/s", UNIT_KEYS[unit]),
         (f"x {result.get('reference', 'stock')}", "ratio"),
+        ("x per round", "ratio_rounds"),
         ("work x", "work_ratio"),
         ("median step s", "median_step_s"),
+        ("step s min-max", "step_s_range"),
         ("GFLOP/s", "gflops_per_s"),
         ("MFU", "mfu"),
         ("first step s", "first_step_s"),
@@ -87,8 +89,32 @@ def _cell(key: str, value) -> str:
 
 
 def rows(result: dict) -> list[list[str]]:
+    """The table's cells; a disturbed run's ratios end in '?' (steadiness.py)."""
     keys = [key for _, key in columns(result)]
-    return [[_cell(k, name if k == "peer" else row.get(k)) for k in keys] for name, row in result["peers"].items()]
+    doubt = "" if result.get("reliable", True) else "?"
+    table = []
+    for name, row in result["peers"].items():
+        cells = [_cell(k, name if k == "peer" else _value(row, k)) for k in keys]
+        table.append([c + doubt if k == "ratio" and c != "-" else c for k, c in zip(keys, cells)])
+    return table
+
+
+def _value(row: dict, key: str):
+    """A row's value for a column; the spreads are shown as 'low-high'."""
+    if key == "ratio_rounds":
+        ratios = row.get("ratio_rounds") or []
+        return f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else None
+    if key == "step_s_range":
+        low, high = row.get("step_s_min"), row.get("step_s_max")
+        return f"{low:.3f}-{high:.3f}" if low is not None and high is not None else None
+    return row.get(key)
+
+
+def unreliable_line(result: dict) -> str | None:
+    """One warning line for a disturbed run (steadiness.py), None for a steady one."""
+    if result.get("reliable", True):
+        return None
+    return "UNRELIABLE (ratios marked ?): " + "; ".join(result.get("disturbed") or ["the run was disturbed"]) + "."
 
 
 def split_rows(result: dict) -> list[list[str]]:
@@ -115,6 +141,7 @@ def markdown(result: dict) -> str:
         f"Rounds {w['rounds']} x {w['steps']} measured steps (+{w['warmup']} warm-up) per peer, interleaved"
         f"{', each segment in a process of its own' if w.get('isolate') else ''}; memory: {result['memory_kind']}.",
         *_data_lines(result),
+        *([f"**{unreliable_line(result)}**"] if unreliable_line(result) else []),
         "",
         "| " + " | ".join(titles) + " |",
         "|" + "---|" * len(titles),
@@ -134,7 +161,7 @@ def markdown(result: dict) -> str:
 
 
 def _data_lines(result: dict) -> list[str]:
-    lines = []
+    lines = [_ratio_line(result)] if "reliable" in result else []
     peak = result.get("matmul_peak")
     if peak:
         flags = result["environment"].get("cpu_flags")
@@ -166,6 +193,15 @@ def _data_lines(result: dict) -> list[str]:
                 line += f" ({'; '.join(fallbacks)[:300]})" if fallbacks else ""
             lines.append(line + ".")
     return lines
+
+
+def _ratio_line(result: dict) -> str:
+    load = result.get("other_cores")
+    measured = f"{load:.1f} cores" if load is not None else "not measured (no /proc)"
+    return (
+        f"x {result.get('reference', 'stock')}: its seconds over the peer's, summed over the same measured steps "
+        f"(the throughput columns' ratio), with each round's beside it; other processes' CPU during the run: {measured}."
+    )
 
 
 def _apart_lines(result: dict) -> list[str]:
@@ -203,6 +239,9 @@ def write_reports(result: dict, out_dir: str | Path, console: Console) -> list[P
     console.print(table)
     for line in _data_lines(result):
         console.print(line)
+    warning = unreliable_line(result)
+    if warning:
+        console.print(f"[bold yellow]{warning}[/]")
     paths = [json_path, md_path]
     if is_matplotlib_available():
         from turbotrain.bench.chart import plot_bench

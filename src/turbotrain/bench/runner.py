@@ -6,9 +6,13 @@
   optimizer, logging). The units are the workload's (`unit`): real tokens (padding not counted), label
   tokens, or examples; every peer gets the same batches. `tokens_per_s`, `label_tokens_per_s` and
   `examples_per_s` are reported where the batches have them;
-* ratio: the median over the measured steps of the reference peer's step time over this peer's on the
-  same step (same round, same batch): paired, so batches of very different sizes (natural-length rows)
-  do not decide it, as a median of per-step throughputs would;
+* ratio: the reference peer's seconds over this peer's, summed over the measured steps both ran (same round,
+  same batch): the same statistic as the throughput columns, so the two always agree (steadiness.py); beside
+  it the ratio of each round, each peer's fastest and slowest measured step, and (in the JSON) the median of
+  the per-step ratios (`paired_median_ratio`, the ratio this bench showed before 2026-12-05);
+* steadiness (steadiness.py): other processes' CPU time during the run and stalls (a step repeated across rounds
+  far slower than its fastest repeat); a disturbed run says why in one warning line and its ratios are marked
+  unreliable;
 * work ratio, where the workload counts work: the same paired median of the reference's executed FLOPs over
   this peer's (measure/flops.py): the speed-up the work a peer removes explains alone, at equal efficiency
   (a ratio above it means the peer also runs its work faster, below it slower);
@@ -47,10 +51,12 @@ from turbotrain.bench.counting import BatchCount, BatchCounter
 from turbotrain.bench.initial_model import ModelFile, SpilledModel
 from turbotrain.bench.isolated import call_in_process
 from turbotrain.bench.report import BENCH_RUN, environment, write_reports
+from turbotrain.bench.steadiness import disturbances, round_ratios, step_spread, total_ratio
 from turbotrain.bench.workload import UNIT_KEYS, Workload
 from turbotrain.measure.flops import ModelFlops, step_flops
 from turbotrain.measure.memory import MemorySplit, PeakMemory, split_growth
 from turbotrain.measure.peak import matmul_peak
+from turbotrain.utils.threads import OtherWork, usable_cores
 
 
 @dataclass
@@ -112,6 +118,11 @@ class PeerRuns:
     @property
     def losses(self) -> list[list[float]]:
         return [segment.losses for segment in self.segments]
+
+    @property
+    def round_seconds(self) -> list[list[float]]:
+        """Every round's step seconds, warm-up steps included."""
+        return [segment.seconds for segment in self.segments]
 
 
 def interleaved_order(peers: tuple[str, ...], rounds: int) -> list[tuple[int, str]]:
@@ -208,6 +219,7 @@ def peer_row(workload: Workload, peer: PeerRuns, model: ModelFlops | None, peak:
         if rate:
             row[key] = rate
     row["step_s"] = [round(seconds, 4) for seconds in measured]
+    row["step_s_min"], row["step_s_max"] = step_spread(peer.round_seconds, warmup) or (None, None)
     apart = [s for segment in peer.segments for s in (segment.apart_seconds or [])[warmup:]]
     if apart:
         row["apart_median_s"], row["apart_step_s"] = statistics.median(apart), [round(s, 4) for s in apart]
@@ -243,16 +255,28 @@ def paired_speedup(runs: PeerRuns, reference: PeerRuns, warmup: int) -> float:
     return statistics.median(ratios) if ratios else float("nan")
 
 
-def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, model=None, peak=None) -> dict:
+def summarize(
+    workload: Workload,
+    runs: dict[str, PeerRuns],
+    memory_kind: str,
+    model=None,
+    peak=None,
+    other_cores: float | None = None,
+) -> dict:
+    """The run's result; `other_cores`: other processes' average busy cores during it (None: not measured)."""
     reference = runs.get(workload.reference)
     rows = {name: peer_row(workload, peer, model, peak) for name, peer in runs.items()}
+    warmup = workload.warmup
     if reference is not None:
         for name, row in rows.items():
             row["max_abs_loss_diff"], row["max_rel_loss_diff"] = loss_difference(runs[name], reference)
             row["unequal_batches"] = step_pairs(runs[name], reference)[1]
-            row["ratio"] = paired_speedup(runs[name], reference, workload.warmup)
+            row["ratio"] = total_ratio(runs[name].round_seconds, reference.round_seconds, warmup)
+            row["ratio_rounds"] = round_ratios(runs[name].round_seconds, reference.round_seconds, warmup)
+            row["paired_median_ratio"] = paired_speedup(runs[name], reference, warmup)
             if model is not None:
-                row["work_ratio"] = paired_work_ratio(runs[name], reference, workload.warmup, model)
+                row["work_ratio"] = paired_work_ratio(runs[name], reference, warmup, model)
+    disturbed = disturbances({n: p.round_seconds for n, p in runs.items()}, warmup, other_cores, len(usable_cores()))
     result = {
         "task": workload.task,
         "title": workload.title(),
@@ -264,6 +288,9 @@ def summarize(workload: Workload, runs: dict[str, PeerRuns], memory_kind: str, m
         "memory_kind": memory_kind,
         "environment": environment(),
         "peers": rows,
+        "other_cores": other_cores,
+        "reliable": not disturbed,
+        "disturbed": disturbed,
     }
     if peak is not None:
         result["matmul_peak"] = peak
@@ -295,6 +322,7 @@ def run_bench(
     runs = {peer: PeerRuns(peer) for peer in workload.peers}
     memory = PeakMemory(device)
     order = interleaved_order(workload.peers, workload.rounds)
+    load = OtherWork()  # other processes' CPU time over the measured segments (steadiness.py)
     try:
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("benchmark", total=len(order))
@@ -308,7 +336,7 @@ def run_bench(
                 progress.advance(task)
     finally:
         initial.close()
-    result = summarize(workload, runs, memory.kind, flops, peak)
+    result = summarize(workload, runs, memory.kind, flops, peak, load.sample())
     result["initial_model_resident"] = not initial.spilled
     result.update(extras)
     result["files"] = [str(p) for p in write_reports(result, out_dir, console)]

@@ -97,10 +97,11 @@ def set_threads(requested: int | None = None) -> ThreadChoice:
 
 
 def own_cpu_jiffies(path: str = "/proc/self/stat") -> int:
-    """This process's user + system CPU time, all threads, in clock ticks (the unit of /proc/stat)."""
+    """This process's user + system CPU time, all threads, and its waited-for children's, in clock ticks (the unit
+    of /proc/stat): a bench segment run in a child process of its own is this process's work."""
     with open(path) as stat:
         fields = stat.read().rpartition(")")[2].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5), after pid and comm)
+    return sum(int(v) for v in fields[11:15])  # utime, stime, cutime, cstime (fields 14-17 of proc(5))
 
 
 @dataclass(frozen=True)
