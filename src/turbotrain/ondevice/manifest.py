@@ -24,7 +24,6 @@ EVAL_GRAPH = "eval.onnx"
 OPTIMIZER_GRAPH = "optimizer.onnx"
 CHECKPOINT = "checkpoint.safetensors"
 GRAD_PREFIX = "grad."
-STATE_KEYS = ("param", "exp_avg", "exp_avg_sq")
 
 
 @dataclass

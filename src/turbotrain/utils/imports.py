@@ -1,7 +1,7 @@
 """Guards for optional dependencies.
 
-Each optional part of turbotrain lives in an extra. `is_<x>_available()` answers without importing the
-package; `require(extra, package)` raises an ImportError that names the extra to install.
+Each optional part of turbotrain lives in an extra. `is_available(package)` answers without importing the
+package; `require(package, feature)` raises an ImportError that names the extra to install.
 """
 
 from __future__ import annotations
@@ -30,18 +30,6 @@ EXTRA_OF_PACKAGE = {
 def is_available(package: str) -> bool:
     """True when `package` can be imported (checked by spec, without importing it)."""
     return importlib.util.find_spec(package) is not None
-
-
-def is_onnxruntime_available() -> bool:
-    return is_available("onnxruntime")
-
-
-def is_optuna_available() -> bool:
-    return is_available("optuna")
-
-
-def is_peft_available() -> bool:
-    return is_available("peft")
 
 
 def is_trl_available() -> bool:

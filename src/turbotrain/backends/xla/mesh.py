@@ -39,10 +39,6 @@ def split_batch(mesh: Mesh, leading_axes: int = 0) -> NamedSharding:
     return NamedSharding(mesh, PartitionSpec(*([None] * leading_axes), DATA_AXIS))
 
 
-def data_parallel_size(mesh: Mesh) -> int:
-    return mesh.shape[DATA_AXIS]
-
-
 def local_devices(mesh: Mesh) -> list:
     """This host's devices in the mesh, in mesh order."""
     return [device for device in mesh.devices.flat if device.process_index == jax.process_index()]

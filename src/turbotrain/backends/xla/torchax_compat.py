@@ -40,7 +40,6 @@ import torch
 
 from turbotrain.torch_boundary import OpOverloadPacket, tree_leaves, tree_map_only
 
-TESTED_TORCHAX = "0.0.13"
 # torchax imports its op tables when its first Environment is made; the shim imports them up front
 TORCHAX_MODULES = (
     "torchax",

@@ -24,9 +24,6 @@ implementation takes (SDPA: [R, 1, C, C] bool; eager: additive float).
 
 from __future__ import annotations
 
-import functools
-import inspect
-
 import torch
 from transformers import masking_utils
 
@@ -48,30 +45,6 @@ CAUSAL_BUILDERS = _builders(
 BIDIRECTIONAL_BUILDERS = _builders(
     {"full_attention": "create_bidirectional_mask", "sliding_attention": "create_bidirectional_sliding_window_mask"}
 )
-# argument names that moved between releases: the newest name -> the older one
-RENAMED = {"inputs_embeds": "input_embeds", "cache": "past_key_values"}
-
-
-@functools.cache
-def _accepted_names(builder) -> tuple[frozenset, bool]:
-    """The argument names `builder` takes, and whether it takes any (**kwargs): read once, not every step."""
-    parameters = inspect.signature(builder).parameters
-    return frozenset(parameters), any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
-
-
-def _call(builder, **arguments):
-    """`builder(**arguments)` with the argument names this release's builder takes (5.0 called them
-    `input_embeds` and `past_key_values`, needed `cache_position`, and had no `allow_is_bidirectional_skip`)."""
-    accepted, any_name = _accepted_names(builder)
-    given = {
-        (name if name in accepted or name not in RENAMED else RENAMED[name]): value for name, value in arguments.items()
-    }
-    if not any_name:
-        given = {name: value for name, value in given.items() if name in accepted}  # 5.0: no skip switches
-    if "cache_position" in accepted and "cache_position" not in given:
-        embeds = given.get("inputs_embeds", given.get("input_embeds"))
-        given["cache_position"] = torch.arange(embeds.shape[1], device=embeds.device)
-    return builder(**given)
 
 
 def unsupported_layer_types(kinds: list[str], causal: bool) -> list[str]:
