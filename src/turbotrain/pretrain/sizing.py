@@ -73,15 +73,14 @@ def _plan(cfg: PretrainConfig, prepared, console: Console, started: float, measu
     return plan
 
 
+def _sized(cfg: PretrainConfig, size: MenuModel | Plan, **settings) -> PretrainConfig:
+    """`cfg` with the model shape of `size` (a menu model or the plan) and `settings`, the menu's choice made."""
+    shape = {"hidden_size": size.hidden_size, "num_layers": size.num_layers, "num_heads": size.num_heads}
+    return replace(cfg, **shape, choose_model=False, **settings)
+
+
 def _model_config(cfg: PretrainConfig, model: MenuModel) -> PretrainConfig:
-    return replace(
-        cfg,
-        hidden_size=model.hidden_size,
-        num_layers=model.num_layers,
-        num_heads=model.num_heads,
-        learning_rate=cfg.learning_rate if cfg.learning_rate is not None else model.learning_rate,
-        choose_model=False,
-    )
+    return _sized(cfg, model, learning_rate=cfg.learning_rate if cfg.learning_rate is not None else model.learning_rate)
 
 
 def _with_schedule(cfg: PretrainConfig, steps: int) -> PretrainConfig:
@@ -92,16 +91,13 @@ def _with_schedule(cfg: PretrainConfig, steps: int) -> PretrainConfig:
 
 
 def _apply(cfg: PretrainConfig, plan: Plan) -> PretrainConfig:
-    return replace(
+    return _sized(
         cfg,
-        hidden_size=plan.hidden_size,
-        num_layers=plan.num_layers,
-        num_heads=plan.num_heads,
+        plan,
         learning_rate=plan.learning_rate,
         max_steps=plan.max_steps,
         warmup_steps=cfg.warmup_steps if cfg.warmup_steps is not None else plan.warmup_steps,
         eval_steps=cfg.eval_steps or plan.eval_steps,
         save_steps=cfg.save_steps or plan.save_steps,
-        choose_model=False,
         measure_backend=False,
     )
