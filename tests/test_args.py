@@ -124,3 +124,26 @@ def test_the_backend_options_help_names_every_backends_every_option():
         options = {option.name for option in fields(backend_class(name).options_class)}
         named = re.search(rf"\b{name} \(([^)]*)\)", text)
         assert not options or (named and options <= set(re.findall(r"\w+", named.group(1)))), name
+
+
+def test_every_registered_pass_s_options_are_written_fields_of_turbo_options():
+    """Written, not generated: each pass's options class is one of TurboOptions' bases, every one of its fields a
+    real dataclass field of TurboOptions with the same type, default and help (what IDEs and type checkers read)."""
+    import typing
+    from dataclasses import fields
+
+    from turbotrain.args import PARTS
+    from turbotrain.passes import registry
+
+    declared = {f.name: f for f in fields(TurboOptions)}
+    hints = typing.get_type_hints(TurboOptions)
+    for spec in registry.passes():
+        assert spec.options_class in PARTS and issubclass(TurboOptions, spec.options_class), spec.name
+        own = typing.get_type_hints(spec.options_class)
+        for field in fields(spec.options_class):
+            assert field.name in declared, field.name
+            assert hints[field.name] is own[field.name] and hints[field.name] in (bool, str), field.name
+            assert declared[field.name].default == field.default and declared[field.name].metadata["help"]
+    assert hints["max_tokens_per_batch"] == int | None and hints["bf16_emulation"] is str
+    assert list(declared)[:4] == ["backend", "backend_options", "max_tokens_per_batch", "bf16_emulation"]
+    assert set(TurboOptions.__bases__) == set(PARTS)

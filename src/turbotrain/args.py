@@ -1,15 +1,17 @@
 """`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's options (`TurboOptions`).
 
-Everything TrainingArguments accepts keeps its meaning. turbotrain's options are declared once, in
-`TurboOptions` (a frozen dataclass: name, type, default, help): the backend's and the token budget here,
-and one field per option each pass registers (passes/registry.py, with its help in the pass's module).
-`TurboTrainingArguments` carries the same fields, so they work as keyword arguments, in `to_dict()` and
-on the command line (`HfArgumentParser`; a dict option, `backend_options`, takes JSON text there, as
-TrainingArguments' own dict fields do, parsed once at construction). They flow one way: the arguments are
-checked once at construction (values, types, and `backend_options` against the chosen backend's typed options class),
-the trainer reads them once (`TurboOptions.from_args`) and computes the effective options for its
-backend and its own loss (`without`, `switched_off`); nobody writes them back. What each option does is
-documented where it is implemented; the README's option table links there.
+Everything TrainingArguments accepts keeps its meaning. turbotrain's options are written once, each part's in
+its own module as a frozen dataclass (fields with types, defaults and help, and a `check`): the backend's here
+(`BackendChoice`), the token budget's (token_budget.py), the bf16 emulation's (bf16_emulation.py) and each
+pass's (`PaddingFreeOptions` in passes/padding_free/, ...). `TurboOptions` derives from all of them (`PARTS`),
+so an IDE or a type checker sees every field. `TurboTrainingArguments` carries the same fields, so they work as
+keyword arguments, in `to_dict()` and on the command line (`HfArgumentParser`; a dict option, `backend_options`,
+takes JSON text there, as TrainingArguments' own dict fields do, parsed once at construction). They flow one
+way: the arguments are checked once at construction (each part's `check`), the trainer reads them once
+(`TurboOptions.from_args`) and computes the effective options for its backend and its own loss (`without`,
+`switched_off`), which `optimize()` hands each pass as its own options class (passes/registry.py); nobody
+writes them back. What each option does is documented where it is implemented; the README's option table
+links there.
 
 `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
@@ -26,62 +28,85 @@ import torch
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from turbotrain.backends import AUTO, backend_class
-from turbotrain.bf16_emulation import SETTINGS
+from turbotrain.bf16_emulation import Bf16EmulationOptions
 from turbotrain.passes import registry
-from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS
+from turbotrain.passes.chunked_ce import ChunkedCrossEntropyOptions
+from turbotrain.passes.embedding_grad import EmbeddingGradOptions
+from turbotrain.passes.fused_activation import FusedActivationOptions
+from turbotrain.passes.fused_lora import FusedLoraOptions
+from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS, FusedOptimizerOptions
+from turbotrain.passes.label_sparsity import LabelSparsityOptions
+from turbotrain.passes.lean_gated_mlp import LeanGatedMlpOptions
+from turbotrain.passes.padding_free import PaddingFreeOptions
+from turbotrain.token_budget import TokenBudgetOptions
 
 logger = logging.getLogger("turbotrain")
 EXAMPLE_JSON = '{"scope": "blocks"}'
 
 
-def _help(text: str) -> dict:
-    return {"help": text}
-
-
-def _with_pass_options(cls):
-    """Give `cls` one field per option the registered passes declare (in pass order), then make it a frozen
-    dataclass."""
-    for option in registry.options_for_turbo_options():
-        cls.__annotations__[option.name] = option.type
-        setattr(cls, option.name, field(default=option.default, metadata=_help(option.help)))
-    return dataclass(frozen=True)(cls)
-
-
-@_with_pass_options
-class TurboOptions:
-    """turbotrain's options of one run; plain TrainingArguments get the defaults. The passes' options
-    (`label_sparsity`, `padding_free`, `chunked_cross_entropy`, ...) are added from the registry."""
+@dataclass(frozen=True)
+class BackendChoice:
+    """What executes the step, and its options (checked against the backend's typed options class)."""
 
     backend: str = field(
         default=AUTO,
-        metadata=_help(
-            "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own steps, "
-            "cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' (turbotrain/backends/)."
-        ),
+        metadata={
+            "help": "What executes the step: 'auto' (eager or inductor, whichever measures faster on the run's own "
+            "steps, cached per machine; backends/auto.py), 'eager', 'inductor', 'onnxruntime', 'xla' "
+            "(turbotrain/backends/)."
+        },
     )
     backend_options: dict | None = field(
         default=None,
-        metadata=_help(
-            "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: 'model' or "
-            "'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla (num_devices, "
-            "length_buckets, label_row_buckets, matmul_precision, shard, host_timeout_s); unknown keys are an error."
-        ),
+        metadata={
+            "help": "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: "
+            "'model' or 'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla "
+            "(num_devices, length_buckets, label_row_buckets, matmul_precision, shard, host_timeout_s); unknown keys "
+            "are an error."
+        },
     )
-    max_tokens_per_batch: int | None = field(
-        default=None,
-        metadata=_help(
-            "Fill each training batch with examples up to this many tokens, instead of per_device_train_batch_size "
-            "examples (token_budget.py; pairs well with padding_free)."
-        ),
-    )
-    bf16_emulation: str = field(
-        default="auto",
-        metadata=_help(
-            "A bf16 run on a CPU: 'auto' runs autocast's bf16 matmuls as fp32 GEMMs on bf16-rounded inputs, output "
-            "rounded to bf16, where the CPU has no bf16 units (no amx_bf16/avx512_bf16) and a short probe finds it "
-            "faster; 'on' always, 'off' never (bf16_emulation.py)."
-        ),
-    )
+
+    @classmethod
+    def check(cls, values) -> None:
+        backend = backend_class(values.backend)  # an unknown name raises, listing the valid ones
+        if values.backend_options is not None and not isinstance(values.backend_options, dict):
+            raise ValueError(f"backend_options must be a dict, got {values.backend_options!r}")
+        backend.options_class.from_dict(values.backend_options, values.backend)
+
+
+# Each part's options class, written in its own module; a dataclass takes its bases' fields last base first, so the
+# fields read in this tuple's order: the backend, the token budget, the emulation, then each pass's in pass order.
+PARTS = (
+    BackendChoice,
+    TokenBudgetOptions,
+    Bf16EmulationOptions,
+    LabelSparsityOptions,
+    ChunkedCrossEntropyOptions,
+    PaddingFreeOptions,
+    EmbeddingGradOptions,
+    FusedActivationOptions,
+    FusedLoraOptions,
+    LeanGatedMlpOptions,
+    FusedOptimizerOptions,
+)
+
+
+@dataclass(frozen=True)
+class TurboOptions(
+    FusedOptimizerOptions,
+    LeanGatedMlpOptions,
+    FusedLoraOptions,
+    FusedActivationOptions,
+    EmbeddingGradOptions,
+    PaddingFreeOptions,
+    ChunkedCrossEntropyOptions,
+    LabelSparsityOptions,
+    Bf16EmulationOptions,
+    TokenBudgetOptions,
+    BackendChoice,
+):
+    """turbotrain's options of one run, every part's options class composed (`PARTS`, bases in reverse); plain
+    TrainingArguments get the defaults."""
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
@@ -91,25 +116,8 @@ class TurboOptions:
         return cls(**{f.name: getattr(args, names[f.name]) for f in fields(cls)})
 
     def validate(self) -> None:
-        backend = backend_class(self.backend)  # an unknown name raises, listing the valid ones
-        for option in registry.options():
-            option.check(getattr(self, option.name))
-        budget = self.max_tokens_per_batch
-        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
-            raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
-        if budget is not None:
-            from turbotrain.token_budget import require_support
-
-            require_support()
-        if self.bf16_emulation not in SETTINGS:
-            raise ValueError(f"bf16_emulation must be one of {SETTINGS}, got {self.bf16_emulation!r}")
-        if self.backend_options is not None and not isinstance(self.backend_options, dict):
-            raise ValueError(f"backend_options must be a dict, got {self.backend_options!r}")
-        backend.options_class.from_dict(self.backend_options, self.backend)
-
-    def pass_options(self) -> dict:
-        """The model passes' options, by name (what `optimize()` takes)."""
-        return {option.name: getattr(self, option.name) for option in registry.options(model_only=True)}
+        for part in PARTS:
+            part.check(self)
 
     def switched_off(self, names) -> TurboOptions:
         """These options with the passes `names` turned off."""
@@ -185,7 +193,7 @@ def _with_turbo_fields(cls):
         cls._turbo_attributes[option.name] = name
         cls.__annotations__[name] = _argument_type(option)
         default = option.default if option.default is not MISSING else None
-        setattr(cls, name, field(default=default, metadata=dict(option.metadata)))
+        setattr(cls, name, field(default=default, metadata={"help": option.metadata["help"]}))
     return dataclass(cls)
 
 

@@ -59,7 +59,7 @@ from __future__ import annotations
 import functools
 import inspect
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -71,6 +71,25 @@ from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 BF16 = torch.bfloat16
 SETTINGS = ("auto", "on", "off")
 SUMMARY = "bf16 emulated in fp32 GEMMs: this CPU has no bf16 units"
+
+
+@dataclass(frozen=True)
+class Bf16EmulationOptions:
+    """The emulation's option, a field of `TurboOptions` (args.py), checked once there (`check`)."""
+
+    bf16_emulation: str = field(
+        default="auto",
+        metadata={
+            "help": "A bf16 run on a CPU: 'auto' runs autocast's bf16 matmuls as fp32 GEMMs on bf16-rounded inputs, "
+            "output rounded to bf16, where the CPU has no bf16 units (no amx_bf16/avx512_bf16) and a short probe "
+            "finds it faster; 'on' always, 'off' never (bf16_emulation.py)."
+        },
+    )
+
+    @classmethod
+    def check(cls, values) -> None:
+        if values.bf16_emulation not in SETTINGS:
+            raise ValueError(f"bf16_emulation must be one of {SETTINGS}, got {values.bf16_emulation!r}")
 
 
 # --- the op ------------------------------------------------------------------------------------------

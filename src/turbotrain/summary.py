@@ -70,14 +70,14 @@ def not_active(
         name = spec.name
         if name in applied or not spec.listed_when_inactive:
             continue
-        if getattr(requested, name) == spec.off:
+        if not spec.is_on(requested):
             reasons[name] = "off by option"
         elif name in refused:
             reasons[name] = refused[name]
-        elif getattr(effective, name) != spec.off and name in skipped:
+        elif spec.is_on(effective) and name in skipped:
             under = f" under {engine}" if engine else ""
             reasons[name] = f"refused for this model{under}: see the log above"
-        elif getattr(effective, name) != spec.off and name in (not_applicable or {}):
+        elif spec.is_on(effective) and name in (not_applicable or {}):
             reasons[name] = f"does not apply: {not_applicable[name]}"
     return reasons
 

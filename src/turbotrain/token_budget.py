@@ -17,6 +17,8 @@ came in Transformers 5.17; on older releases `max_tokens_per_batch` is refused w
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 from transformers import trainer_pt_utils
 
@@ -31,6 +33,27 @@ def require_support() -> None:
             f"max_tokens_per_batch needs transformers>={MINIMUM_TRANSFORMERS} (its "
             "BatchRebalanceSampler); upgrade transformers or leave max_tokens_per_batch unset"
         )
+
+
+@dataclass(frozen=True)
+class TokenBudgetOptions:
+    """The token budget's option, a field of `TurboOptions` (args.py), checked once there (`check`)."""
+
+    max_tokens_per_batch: int | None = field(
+        default=None,
+        metadata={
+            "help": "Fill each training batch with examples up to this many tokens, instead of "
+            "per_device_train_batch_size examples (token_budget.py; pairs well with padding_free)."
+        },
+    )
+
+    @classmethod
+    def check(cls, values) -> None:
+        budget = values.max_tokens_per_batch
+        if budget is not None and (not isinstance(budget, int) or isinstance(budget, bool) or budget < 1):
+            raise ValueError(f"max_tokens_per_batch must be a positive whole number of tokens, got {budget!r}")
+        if budget is not None:
+            require_support()
 
 
 def example_lengths(dataset, key: str = "input_ids") -> list[int]:

@@ -212,9 +212,7 @@ class TurboMixin(TrainerBoundary):
 
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
-            self.turbo_report = optimize(
-                model, **self.turbo_options.pass_options(), fused_head_calls=fused_call_weighting(self)
-            )
+            self.turbo_report = optimize(model, options=self.turbo_options, fused_head_calls=fused_call_weighting(self))
         chunked = getattr(self.turbo_report, "chunked_cross_entropy", None)
         if chunked is not None:  # GRPO's and RLOO's fused head divides the logits by the sampling temperature
             chunked.temperature = fused_call_temperature(self)

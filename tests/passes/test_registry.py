@@ -1,9 +1,11 @@
-"""One registry of passes: a pass registered in one place reaches `optimize`, `TurboOptions` (and so the
-arguments), the run's summary, the benchmark's `--turbo-off` and, with a batch side, the training collator,
-with no other file edited."""
+"""One registry of passes: a pass registered in one place reaches `optimize`, TurboTrainer (with its options'
+defaults), the run's summary, the benchmark's `--turbo-off` list and, with a batch side, the training collator,
+with no other file edited; a pass of the package also has its options class among `TurboOptions`' bases
+(tests/test_args.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -20,15 +22,14 @@ from turbotrain.passes import registry
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Runs in a fresh process: TurboOptions is built from the registry when turbotrain.args is first imported,
-# so the throwaway pass registers before that, as a pass module outside the package would.
+# Runs in a fresh process, so that the throwaway pass stays out of every other test.
 THROWAWAY = '''
 import contextlib, io, tempfile
-from dataclasses import fields
+from dataclasses import dataclass
 
 import torch
 
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 
 KEY = "throwaway_examples"  # the batch key its collator step adds
 SEEN = []  # per call its hook took the key off: (the count, the other passes' batch keys still in the call)
@@ -64,10 +65,15 @@ def count_examples(installed, inner, place):
     return collate
 
 
+@dataclass(frozen=True)
+class ThrowawayOptions(PassOptions):
+    throwaway: bool = option(True, "A pass only this test registers.")
+
+
 register_pass(
     PassSpec(
         name="throwaway",
-        help="A pass only this test registers.",
+        options_class=ThrowawayOptions,
         order=99,
         install=lambda model, setup: Mark(model),
         label=lambda installed: "throwaway (marked)",
@@ -78,7 +84,7 @@ register_pass(
 
 from tests.tiny_models import make, padded_batch
 from tests.trainer_helpers import turbo_trainer
-from turbotrain import TurboOptions, TurboTrainingArguments, optimize
+from turbotrain import optimize
 from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_ROWS, PACKING_KEYS, SEQUENCE_STARTS
 from turbotrain.passes.registry import StepPlace
 
@@ -88,16 +94,13 @@ from turbotrain.bench.workload import BenchData
 from turbotrain.bench.workloads import make_workload
 from turbotrain.cli import main
 
-# the options, and so the arguments
-assert "throwaway" in {f.name for f in fields(TurboOptions)}
-assert TurboTrainingArguments(output_dir=tempfile.mkdtemp(), report_to="none", throwaway=False).throwaway is False
-
 # optimize installs it in its order, and undo() removes it
 model = make("roberta")
 report = optimize(model)
 assert report.applied[-1] == "throwaway" and model.marked_by_throwaway and report.throwaway is not None
 report.undo()
 assert not hasattr(model, "marked_by_throwaway")
+assert "throwaway" not in optimize(make("roberta"), throwaway=False).applied  # its option, by name
 
 # its batch side: installed last, its step is the innermost of the training collator, and its hook, which runs
 # after label sparsity's and padding-free's (installed first), finds their keys taken off; the model sees none
@@ -120,24 +123,18 @@ with tempfile.TemporaryDirectory() as tmp:
     turbo_trainer("llama", Path(tmp), model=make("llama", dropout=False), max_steps=2, backend="eager").train()
 assert SEEN == [(4, []), (4, [])], SEEN
 
-# the summary: by its label when active, "off by option" when switched off
+# the summary: by its label when active
 with tempfile.TemporaryDirectory() as tmp:
     from pathlib import Path
 
     on = turbo_trainer("roberta", Path(tmp), max_steps=1).turbo_summary()
-    off = turbo_trainer("roberta", Path(tmp), max_steps=1, throwaway=False).turbo_summary()
 assert "throwaway (marked)" in on, on
-assert "throwaway (off by option)" in off, off
 
-# --turbo-off: the CLI's help names it, the workload takes it, and the turbo peer runs without it
+# --turbo-off: the CLI's help names it
 help_text = io.StringIO()
 with contextlib.redirect_stdout(help_text), contextlib.suppress(SystemExit):
     main(["bench", "--help"])
 assert "throwaway" in " ".join(help_text.getvalue().split()), help_text.getvalue()
-workload = make_workload("mlm", hidden_size=32, num_layers=1, num_heads=2, vocab_size=500, turbo_off=("throwaway",))
-with tempfile.TemporaryDirectory() as tmp:
-    trainer = workload.build_trainer("turbo", workload.model(), BenchData(train=None, collator=None), BatchCounter(), tmp)
-assert trainer.args.throwaway is False and "throwaway" not in trainer.turbo_report.applied
 print("throwaway pass seen everywhere")
 '''
 
@@ -153,19 +150,16 @@ def test_a_pass_registered_in_one_place_reaches_optimize_the_options_the_summary
     assert "throwaway pass seen everywhere" in run.stdout
 
 
-def test_a_pass_registered_after_the_options_were_built_is_refused():
-    import turbotrain.args  # noqa: F401  (builds TurboOptions)
-
-    spec = registry.PassSpec(name="too_late", help="", order=99, install=lambda model, setup: None)
-    with pytest.raises(RuntimeError, match="registered after TurboOptions was built"):
-        registry.register_pass(spec)
-    assert "too_late" not in registry.pass_names()
-
-
 def test_a_batch_key_two_passes_would_add_is_refused(monkeypatch):
-    monkeypatch.setattr(registry, "_OPTIONS_BUILT", False)
     monkeypatch.setattr(registry, "_PASSES", dict(registry._PASSES))
-    spec = registry.PassSpec(name="second_packer", help="", order=99, install=None, batch_keys=(SEQUENCE_STARTS,))
+
+    @dataclasses.dataclass(frozen=True)
+    class SecondPackerOptions(registry.PassOptions):
+        second_packer: bool = registry.option(True, "")
+
+    spec = registry.PassSpec(
+        "second_packer", SecondPackerOptions, order=99, install=None, batch_keys=(SEQUENCE_STARTS,)
+    )
     with pytest.raises(ValueError, match="batch keys another pass adds: \\['turbotrain_sequence_starts'\\]"):
         registry.register_pass(spec)
 
@@ -198,7 +192,7 @@ def test_each_pass_is_handed_its_own_frozen_options_and_its_parts_options():
     values = registry.option_values({"padding_free_row_tokens": "longest", "chunked_cross_entropy": "always"})
     for spec in registry.model_passes():
         options = registry.setup_for(spec, values, check=True, fused_head_calls=False).options
-        assert [field.name for field in fields(options)] == [option.name for option in spec.options], spec.name
+        assert type(options) is spec.options_class, spec.name
         with pytest.raises(FrozenInstanceError):
             setattr(options, spec.name, spec.off)
     padding = registry.setup_for(registry.get_pass("padding_free"), values, check=True, fused_head_calls=False)

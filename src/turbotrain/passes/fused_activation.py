@@ -20,12 +20,14 @@ At install, the two are compared on a small random tensor; a mismatch leaves the
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers.activations import FastGELUActivation, NewGELUActivation
 
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import warn_once
 
@@ -89,13 +91,19 @@ def apply_fused_activation(model: nn.Module) -> FusedActivation | None:
     return FusedActivation(targets)
 
 
+@dataclass(frozen=True)
+class FusedActivationOptions(PassOptions):
+    fused_activation: bool = option(
+        True,
+        "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
+        "(exact within float rounding; passes/fused_activation.py).",
+    )
+
+
 register_pass(
     PassSpec(
         name="fused_activation",
-        help=(
-            "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
-            "(exact within float rounding; passes/fused_activation.py)."
-        ),
+        options_class=FusedActivationOptions,
         order=50,
         install=lambda model, setup: apply_fused_activation(model),
         refused_for=has_tanh_gelu,  # no tanh GELU: nothing to do

@@ -44,12 +44,13 @@ from __future__ import annotations
 import sys
 import types
 from collections import Counter
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from turbotrain.hf_boundary import sharding_engine
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -290,13 +291,19 @@ def trainer_refusal(trainer) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class FusedLoraOptions(PassOptions):
+    fused_lora: bool = option(
+        True,
+        "Run each eligible PEFT LoRA Linear (lora_dropout=0, one active adapter) as one op: base and adapter "
+        "GEMMs with the scaling folded in, no gradient built for the frozen base (passes/fused_lora.py).",
+    )
+
+
 register_pass(
     PassSpec(
         name="fused_lora",
-        help=(
-            "Run each eligible PEFT LoRA Linear (lora_dropout=0, one active adapter) as one op: base and adapter "
-            "GEMMs with the scaling folded in, no gradient built for the frozen base (passes/fused_lora.py)."
-        ),
+        options_class=FusedLoraOptions,
         order=55,
         install=lambda model, setup: apply_fused_lora(model, check=setup.check),
         refused_for=lambda model: bool(lora_layers(model)),  # no LoRA layer: nothing to do

@@ -14,11 +14,12 @@ Aliases: `optim="adamw_ort_fused"` (ORTTrainer's name) means the fused AdamW, so
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import torch
 from transformers.training_args import OptimizerNames
 
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.torch_boundary import fused_optimizer_devices
 
 ORT_FUSED_ALIAS = "adamw_ort_fused"
@@ -61,12 +62,18 @@ def fused_adamw(params: Iterable, device: torch.device | str | None = None, **ad
     return torch.optim.AdamW(params, foreach=True, **adamw_kwargs)
 
 
+@dataclass(frozen=True)
+class FusedOptimizerOptions(PassOptions):
+    fused_optimizer: bool = option(
+        True,
+        "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py).",
+    )
+
+
 register_pass(
     PassSpec(
         name="fused_optimizer",
-        help=(
-            "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py)."
-        ),
+        options_class=FusedOptimizerOptions,
         order=60,
         install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`
     )

@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from turbotrain.modeling import gated_mlps
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.torch_boundary import (
     module_hooks_apply,
@@ -257,14 +258,20 @@ def trainer_refusal(trainer) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class LeanGatedMlpOptions(PassOptions):
+    lean_gated_mlp: bool = option(
+        True,
+        "Gated MLPs (Llama, Mistral, Qwen2, Gemma) keep only gate and up for the backward and make act(gate) "
+        "and act(gate)*up again there: two elementwise kernels, two fewer [tokens, MLP width] tensors kept, "
+        "bit-exact (passes/lean_gated_mlp.py).",
+    )
+
+
 register_pass(
     PassSpec(
         name="lean_gated_mlp",
-        help=(
-            "Gated MLPs (Llama, Mistral, Qwen2, Gemma) keep only gate and up for the backward and make act(gate) "
-            "and act(gate)*up again there: two elementwise kernels, two fewer [tokens, MLP width] tensors kept, "
-            "bit-exact (passes/lean_gated_mlp.py)."
-        ),
+        options_class=LeanGatedMlpOptions,
         order=57,
         install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
         refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do

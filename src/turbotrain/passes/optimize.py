@@ -70,13 +70,13 @@ class OptimizeReport:
 
 
 def optimize(
-    model: nn.Module, *, self_check: bool = True, fused_head_calls: bool | str = False, **options
+    model: nn.Module, *, self_check: bool = True, fused_head_calls: bool | str = False, options=None, **named
 ) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
-    `options`: any pass option by name (`label_sparsity=False`, `chunked_cross_entropy="always"`,
-    `padding_free_with_dropout=True`, ...; each documented in `TurboOptions` and in its pass's module);
-    the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
+    `named`: any pass option by name (`label_sparsity=False`, `chunked_cross_entropy="always"`,
+    `padding_free_with_dropout=True`, ...; each a field of its pass's options class, documented in its module),
+    over `options` (the effective `TurboOptions`: TurboTrainer hands them here); the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
     through `report.collator(collator)` (TurboTrainer does this for its training dataloader, with where its step
     runs: `report.collator(collator, StepPlace(device, in_trainer_loop))`).
     `fused_head_calls`: let the chunked head answer TRL's `fused_lm_head` calls, for a caller whose loss
@@ -86,7 +86,7 @@ def optimize(
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
         return existing
-    values = registry.option_values(options)
+    values = registry.option_values(named, options)
     report = OptimizeReport(model_name=type(model).__name__, sharded_by=sharded.engine_of(model))
     with sharded.whole_parameters(model) if self_check else contextlib.nullcontext():  # checks on whole weights
         _install(model, report, values, self_check, fused_head_calls)
@@ -94,9 +94,11 @@ def optimize(
     return report
 
 
-def _install(model: nn.Module, report: OptimizeReport, values: dict, self_check: bool, fused_head_calls) -> None:
+def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool, fused_head_calls) -> None:
     for spec in registry.model_passes():
-        if values[spec.name] == spec.off or spec.part_of is not None:  # a part comes with the pass it is part of
+        if (
+            getattr(values, spec.name) == spec.off or spec.part_of is not None
+        ):  # a part comes with the pass it is part of
             continue
         why = spec.not_applicable(model) if spec.not_applicable is not None else None
         if why is not None:

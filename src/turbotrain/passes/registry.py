@@ -6,8 +6,9 @@ model refuses it, and how the run's summary names it. Everything that names pass
   its own options as a frozen dataclass (`PassSpec.options_class`) and no other pass's. Where two passes
   cooperate, the one built as a part of the other says so (`part_of`: chunked cross-entropy is label
   sparsity's head), and the registry hands its options to that pass's install (`Setup.parts`);
-* `TurboOptions` (args.py) has one field per `Option` the passes declare, so `TurboTrainingArguments`,
-  `turbo_arguments(...)` and the command line of an `HfArgumentParser` script get them too;
+* `TurboOptions` (args.py) derives from each pass's options class (`PassSpec.options_class`, a frozen dataclass
+  written in the pass's module), so `TurboTrainingArguments`, `turbo_arguments(...)` and the command line of an
+  `HfArgumentParser` script get its fields too (tests/test_args.py checks every registered pass is there);
 * the trainer asks every pass still on whether this trainer refuses it (`refused_by_trainer`, e.g. label
   smoothing reads the full logits), once, and switches it off in the effective options;
 * the run's summary (summary.py) names each installed pass by its `label`, and each requested one that is
@@ -22,36 +23,41 @@ model refuses it, and how the run's summary names it. Everything that names pass
 Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))` (or, for a pass with helpers of its
 own, a folder: the pass in its `__init__.py`, the helpers beside it, as `passes/padding_free/`), and its module named
 in the registration import of `passes/__init__.py`; a pass with a batch side gives its `collator` step and
-`batch_keys` there too. A pass outside the package registers the same way, before `turbotrain.args` is imported:
-`TurboOptions` is built from this list then, and a registration after that raises (its option would be missing).
+`batch_keys` there too, and its options class among `TurboOptions`' bases (args.py). A pass outside the package
+registers the same way; `optimize(model, its_option=...)` takes its options, TurboTrainer gives it its defaults.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import Field, dataclass, field, fields
+from types import SimpleNamespace
 from typing import Any
 
 _PASSES: dict[str, PassSpec] = {}
-_OPTIONS_BUILT = False  # set once TurboOptions has read the options (args.py)
+
+
+def option(default: bool | str, help: str, *, choices: tuple[str, ...] = (), off: bool | str = False, numbers=False):
+    """One option's field in a pass's options class: a switch (bool default) or one of `choices` (str default;
+    `numbers`: a positive whole number, as text, is valid too). `off` is the value that turns the pass off (what
+    `--turbo-off` and a backend's `turns_off` set); `help` is its help on a command line (HfArgumentParser)."""
+    return field(default=default, metadata={"help": help, "choices": choices, "off": off, "numbers": numbers})
 
 
 @dataclass(frozen=True)
 class Option:
-    """One option as `TurboOptions` carries it: a switch (bool default) or one of `choices` (str default).
-    `off` is the value that turns the pass off (what `--turbo-off` and a backend's `turns_off` set)."""
+    """One option read from its field (`option(...)`): name, default, help, valid values, the value that is off."""
 
     name: str
     default: bool | str
     help: str
     choices: tuple[str, ...] = ()
     off: bool | str = False
-    numbers: bool = False  # a positive whole number (as text) is valid too, besides `choices`
+    numbers: bool = False
 
-    @property
-    def type(self) -> type:
-        return type(self.default)
+    @classmethod
+    def of(cls, declared: Field) -> Option:
+        return cls(declared.name, declared.default, **declared.metadata)
 
     def check(self, value: Any) -> None:
         number = self.numbers and str(value).isdigit() and int(value) > 0
@@ -60,6 +66,22 @@ class Option:
             raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}{also}, got {value!r}")
         if not self.choices and not isinstance(value, bool):
             raise ValueError(f"{self.name} must be True or False, got {value!r}")
+
+
+@dataclass(frozen=True)
+class PassOptions:
+    """The base of each pass's options class: a frozen dataclass in the pass's module, one `option(...)` field per
+    option, the first named as the pass (its switch). `TurboOptions` (args.py) derives from every one of them."""
+
+    @classmethod
+    def declared(cls) -> tuple[Option, ...]:
+        return tuple(Option.of(each) for each in fields(cls))
+
+    @classmethod
+    def check(cls, values: Any) -> None:
+        """This class's options as `values` holds them (an instance of it, or of TurboOptions): a bad one raises."""
+        for each in cls.declared():
+            each.check(getattr(values, each.name))
 
 
 @dataclass(frozen=True)
@@ -97,7 +119,8 @@ class PassSpec:
     why this trainer's loss cannot use the pass (logged by the pass), or None. `label(installed)`: its
     name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
     summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
-    calls). `more_options`: options that tune the pass (`padding_free_with_dropout`). `not_applicable(model)`:
+    calls). `options_class`: its options (a `PassOptions` dataclass written in its module, the first field
+    named as the pass: its switch; more fields tune it, `padding_free_with_dropout`). `not_applicable(model)`:
     what the model lacks for the pass (no token ids, no embedding table), said at INFO instead of installing
     (the summary lists it as not active with that reason), or None. `collator(installed, inner, place)`: the
     pass's step of the training collator, `inner` wrapped so its batches carry what the pass's hooks read, or
@@ -109,13 +132,9 @@ class PassSpec:
     installed part) under this pass's name."""
 
     name: str
-    help: str
-    order: int  # install order, and the order of reports and options
+    options_class: type[PassOptions]
+    order: int  # install order, and the order of reports
     install: Callable[[Any, Setup], Any] | None
-    default: bool | str = True
-    choices: tuple[str, ...] = ()
-    off: bool | str = False
-    more_options: tuple[Option, ...] = ()
     refused_by_trainer: Callable[[Any], str | None] | None = None
     refused_for: Callable[[Any], bool] = _refused
     not_applicable: Callable[[Any], str | None] | None = None  # what the model lacks for it (no token ids)
@@ -127,36 +146,34 @@ class PassSpec:
 
     @property
     def options(self) -> tuple[Option, ...]:
-        return (Option(self.name, self.default, self.help, self.choices, self.off), *self.more_options)
+        return self.options_class.declared()
+
+    @property
+    def off(self) -> bool | str:
+        """The value of its switch (the option named as the pass) that turns it off."""
+        return self.options[0].off
 
     @property
     def is_model_pass(self) -> bool:
         """Installed on the model by `optimize()`, itself or as a part of another pass."""
         return self.install is not None or self.part_of is not None
 
-    @functools.cached_property
-    def options_class(self) -> type:
-        """This pass's own options: a frozen dataclass with one field per option it declares, named as the
-        option (`padding_free_row_tokens`, as in `TurboOptions` and `optimize()`), typed by its default."""
-        name = "".join(word.title() for word in self.name.split("_")) + "Options"
-        fields = [(option.name, option.type, field(default=option.default)) for option in self.options]
-        return make_dataclass(name, fields, frozen=True, namespace={"__module__": __name__})
+    def is_on(self, values: Any) -> bool:
+        """Its switch in `values` is not off (its default where they lack it: a pass registered outside the package)."""
+        return getattr(values, self.name, self.options[0].default) != self.off
 
-    def options_from(self, values: Mapping[str, Any]) -> Any:
-        """This pass's options, taken from every model-pass option's effective value (`option_values`)."""
-        return self.options_class(**{option.name: values[option.name] for option in self.options})
+    def options_from(self, values: Any) -> PassOptions:
+        """This pass's options, taken from `values` (TurboOptions, or `option_values`' namespace) by field name."""
+        return self.options_class(**{each.name: getattr(values, each.name, each.default) for each in self.options})
 
     def label_of(self, installed: Any) -> str:
         return self.label(installed) if self.label is not None else self.name
 
 
 def register_pass(spec: PassSpec) -> PassSpec:
-    """Add `spec` to the registry (before `turbotrain.args` is imported: see the module docstring)."""
-    if _OPTIONS_BUILT:
-        raise RuntimeError(
-            f"pass '{spec.name}' registered after TurboOptions was built from the registry: import the module "
-            "that registers it before turbotrain.args (or turbotrain.TurboTrainer)"
-        )
+    """Add `spec` to the registry; its options class must name its switch after it."""
+    if spec.options[0].name != spec.name:
+        raise ValueError(f"pass '{spec.name}': the first field of {spec.options_class.__name__} is its switch")
     taken = {option.name for known in _PASSES.values() for option in known.options}
     clash = sorted(taken.intersection(option.name for option in spec.options))
     if spec.name in _PASSES or clash:
@@ -178,13 +195,11 @@ def model_passes() -> list[PassSpec]:
     return [spec for spec in passes() if spec.is_model_pass]
 
 
-def setup_for(spec: PassSpec, values: Mapping[str, Any], check: bool, fused_head_calls: bool | str) -> Setup:
+def setup_for(spec: PassSpec, values: Any, check: bool, fused_head_calls: bool | str) -> Setup:
     """What `spec`'s install is handed: its own options and, of the passes it builds as parts, the options of
-    each one that is on (`values`: every model-pass option's effective value, `option_values`)."""
+    each one that is on (`values`: the effective options by attribute, TurboOptions or `option_values`)."""
     parts = {
-        part.name: part.options_from(values)
-        for part in passes()
-        if part.part_of == spec.name and values[part.name] != part.off
+        part.name: part.options_from(values) for part in passes() if part.part_of == spec.name and part.is_on(values)
     }
     return Setup(spec.options_from(values), check, fused_head_calls, parts)
 
@@ -197,40 +212,34 @@ def get_pass(name: str) -> PassSpec:
     return _PASSES[name]
 
 
-def options(model_only: bool = False) -> list[Option]:
-    """Every pass option, in pass order (`model_only`: of the model passes, what `optimize()` takes)."""
-    return [option for spec in (model_passes() if model_only else passes()) for option in spec.options]
-
-
-def options_for_turbo_options() -> list[Option]:
-    """`options()`, for args.py to build `TurboOptions` from; later registrations are refused."""
-    global _OPTIONS_BUILT
-    _OPTIONS_BUILT = True
-    return options()
+def options_of_model_passes() -> list[Option]:
+    """Every model pass's options, in pass order: what `optimize()` takes."""
+    return [option for spec in model_passes() for option in spec.options]
 
 
 def off_value(name: str) -> bool | str:
-    """The value that turns option `name` off."""
-    return next(option.off for option in options() if option.name == name)
+    """The value that turns pass `name` off."""
+    return get_pass(name).off
 
 
-def option_values(given: Mapping[str, Any]) -> dict[str, Any]:
-    """Every model-pass option's value: `given` (checked) over the defaults; an unknown name is a TypeError."""
-    known = {option.name: option for option in options(model_only=True)}
+def option_values(given: Mapping[str, Any], options: Any = None) -> SimpleNamespace:
+    """Every model-pass option's value by attribute: `given` over `options` (the effective TurboOptions, where
+    the caller has them) over the defaults, each checked; an unknown name in `given` is a TypeError."""
+    known = {option.name: option for option in options_of_model_passes()}
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise TypeError(f"unknown pass options {unknown}; the passes take: {', '.join(known)}")
-    values = {name: given.get(name, option.default) for name, option in known.items()}
+    values = {name: given.get(name, getattr(options, name, option.default)) for name, option in known.items()}
     for name, value in values.items():
         known[name].check(value)
-    return values
+    return SimpleNamespace(**values)
 
 
 def trainer_refusals(trainer, options) -> dict[str, str]:
     """Pass name -> why `trainer` refuses it, for every pass `options` (effective TurboOptions) still has on."""
     refusals = {}
     for spec in passes():
-        if spec.refused_by_trainer is None or getattr(options, spec.name) == spec.off:
+        if spec.refused_by_trainer is None or not spec.is_on(options):
             continue
         reason = spec.refused_by_trainer(trainer)
         if reason is not None:

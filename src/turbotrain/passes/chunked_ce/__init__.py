@@ -56,7 +56,7 @@ from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.chunked_ce import cuda
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.utils.warnings import warn_once
 
@@ -394,21 +394,26 @@ def _label(installed: ChunkedHead) -> str:
     return f"chunked_cross_entropy ({installed.auto_rule})" if installed.mode == "auto" else "chunked_cross_entropy"
 
 
+@dataclass(frozen=True)
+class ChunkedCrossEntropyOptions(PassOptions):
+    chunked_cross_entropy: str = option(
+        "auto",
+        "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
+        "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce/).",
+        choices=MODES,
+        off="never",
+    )
+
+
 register_pass(
     PassSpec(
         name=NAME,
-        help=(
-            "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
-            "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce/)."
-        ),
+        options_class=ChunkedCrossEntropyOptions,
         order=20,
         # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands
         # it; reported under its own name. Its refusals leave label sparsity on, with their own warning.
         install=None,
         part_of="label_sparsity",
-        default="auto",
-        choices=MODES,
-        off="never",
         label=_label,
         listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
     )

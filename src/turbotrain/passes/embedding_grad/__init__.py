@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import types
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -50,7 +51,7 @@ from turbotrain import modeling
 from turbotrain.hf_boundary import sharding_engine
 from turbotrain.passes import sharded
 from turbotrain.passes.embedding_grad.tied_rows import TiedRows
-from turbotrain.passes.registry import PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.utils.warnings import log_once, warn_once
 
 
@@ -241,13 +242,19 @@ def trainer_refusal(trainer) -> str | None:
     return refusal(trainer.args.device, sharding_engine(trainer))
 
 
+@dataclass(frozen=True)
+class EmbeddingGradOptions(PassOptions):
+    embedding_grad: bool = option(
+        True,
+        "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
+        "tensor every step (exact; passes/embedding_grad/).",
+    )
+
+
 register_pass(
     PassSpec(
         name="embedding_grad",
-        help=(
-            "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
-            "tensor every step (exact; passes/embedding_grad/)."
-        ),
+        options_class=EmbeddingGradOptions,
         order=40,
         install=lambda model, setup: apply_embedding_grad(model),
         refused_for=lambda model: False,

@@ -75,7 +75,7 @@ from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.label_sparsity import host_rows
 from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
-from turbotrain.passes.registry import PassSpec, Setup, StepPlace, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, Setup, StepPlace, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.trl_boundary import unanswered_token_scores
 from turbotrain.utils.warnings import warn_once
@@ -383,10 +383,18 @@ def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
     return host_rows.HostRowsCollator(inner, installed.head.causal) if host_rows.wanted(place) else inner
 
 
+@dataclass(frozen=True)
+class LabelSparsityOptions(PassOptions):
+    label_sparsity: bool = option(
+        True,
+        "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity/).",
+    )
+
+
 register_pass(
     PassSpec(
         name="label_sparsity",
-        help="Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity/).",
+        options_class=LabelSparsityOptions,
         order=10,
         install=_install,
         refused_by_trainer=refused_by_trainer,

@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
@@ -92,7 +92,7 @@ from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: 
 from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
-from turbotrain.passes.registry import Option, PassSpec, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -418,13 +418,39 @@ def _row_tokens(value) -> int | str:
     return int(value) if str(value).isdigit() else str(value)
 
 
+@dataclass(frozen=True)
+class PaddingFreeOptions(PassOptions):
+    padding_free: bool = option(
+        True,
+        "Pack padded training batches into rows with per-sequence attention, where the model is supported and the "
+        "collator pads (exact without dropout; passes/padding_free/).",
+    )
+    padding_free_with_dropout: bool = option(
+        False,
+        "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw other "
+        "dropout masks than the padded batch, so losses follow stock's in distribution, not step by step.",
+    )
+    padding_free_row_tokens: str = option(
+        "auto",
+        "Tokens per packed row with packed attention (no mask, no C^2 cost per row): 'auto' (the whole batch in one "
+        "row), 'longest' (rows as long as the longest sequence), or a number (passes/padding_free/packing.py).",
+        choices=("auto", "longest"),
+        off="longest",
+        numbers=True,
+    )
+    padding_free_attention: str = option(
+        "packed",
+        "How packed rows attend within each sequence: 'packed' (the packed-attention function where the model can "
+        "use it, masks otherwise; passes/padding_free/packed_attention.py) or 'masks' (per-layer masks only).",
+        choices=("packed", "masks"),
+        off="masks",
+    )
+
+
 register_pass(
     PassSpec(
         name="padding_free",
-        help=(
-            "Pack padded training batches into rows with per-sequence attention, where the model is supported and "
-            "the collator pads (exact without dropout; passes/padding_free/)."
-        ),
+        options_class=PaddingFreeOptions,
         order=30,
         install=lambda model, setup: apply_padding_free(
             model,
@@ -432,33 +458,6 @@ register_pass(
             with_dropout=setup.options.padding_free_with_dropout,
             row_tokens=_row_tokens(setup.options.padding_free_row_tokens),
             attention=setup.options.padding_free_attention,
-        ),
-        more_options=(
-            Option(
-                "padding_free_with_dropout",
-                False,
-                "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw "
-                "other dropout masks than the padded batch, so losses follow stock's in distribution, not step by step.",
-            ),
-            Option(
-                "padding_free_row_tokens",
-                "auto",
-                "Tokens per packed row with packed attention (no mask, no C^2 cost per row): 'auto' (the whole batch "
-                "in one row), 'longest' (rows as long as the longest sequence), or a number "
-                "(passes/padding_free/packing.py).",
-                choices=("auto", "longest"),
-                off="longest",
-                numbers=True,
-            ),
-            Option(
-                "padding_free_attention",
-                "packed",
-                "How packed rows attend within each sequence: 'packed' (the packed-attention function where the "
-                "model can use it, masks otherwise; passes/padding_free/packed_attention.py) or 'masks' "
-                "(per-layer masks only).",
-                choices=("packed", "masks"),
-                off="masks",
-            ),
         ),
         refused_by_trainer=trainer_refusal,
         not_applicable=modeling.without_token_input,
