@@ -61,7 +61,7 @@ def interrupt_when_training(proc: subprocess.Popen, sig: int) -> str:
         if not line and proc.poll() is not None:
             break
         seen += line
-        if "'loss'" in line:
+        if ": loss " in line:  # a loss log line (progress.py: "step 5: loss 6.9, ...")
             proc.send_signal(sig)
             break
     rest, _ = proc.communicate(timeout=120)

@@ -8,17 +8,23 @@
   after the plan's deadline (the machine got slower than the probe measured); the last step is evaluated.
 * `StopOnSignal`: SIGINT/SIGTERM ask for a checkpoint and a clean stop at the end of the current step
   (a second signal restores the default handler: a third Ctrl-C kills as usual).
+* `JobClock`: the whole job's wall time, written into every checkpoint (`trainer_state.json`'s
+  `stateful_callbacks`, as Trainer saves an `ExportableState` callback's `state()`), so a resumed run counts the
+  time that made its steps: the earlier parts up to the checkpoint it resumed from (`seconds_at`), plus its own.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import signal
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import ExportableState
 
 from turbotrain.pretrain.metrics import HeldOut, evaluate_masked
 
@@ -148,3 +154,27 @@ class StopOnSignal(TrainerCallback):
         if self.received is not None:
             control.should_save = True
             control.should_training_stop = True
+
+
+class JobClock(TrainerCallback, ExportableState):
+    """Seconds of the whole job: `before` (the earlier parts, read back from `resumed_from`, the checkpoint a
+    resumed run starts from) plus the time since `started` (a `time.perf_counter()` value: this part's start)."""
+
+    def __init__(self, started: float, resumed_from: str | None = None, clock=time.perf_counter):
+        self.started, self.resumed_from, self.clock = started, resumed_from, clock
+        self.before = self.seconds_at(resumed_from) if resumed_from is not None else 0.0
+
+    def seconds(self) -> float:
+        return self.before + self.clock() - self.started
+
+    def state(self) -> dict:
+        return {"args": {}, "attributes": {"job_seconds": round(self.seconds(), 3)}}
+
+    @staticmethod
+    def seconds_at(checkpoint: str | Path | None) -> float:
+        """The job's seconds when `checkpoint` was saved (0 for none, or one saved without a JobClock)."""
+        try:
+            saved = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["stateful_callbacks"]
+            return float(saved["JobClock"]["attributes"]["job_seconds"])
+        except (TypeError, OSError, ValueError, KeyError):
+            return 0.0

@@ -8,7 +8,9 @@ budget, `--steps N` trains N steps (sizing.py) -> train with `TurboTrainer`
 (padding-free packing, label sparsity; committed checkpoints every `save_steps`, `--resume`; SIGINT /
 SIGTERM save and stop; a non-finite loss, grad norm or weight stops the run keeping the last good
 checkpoint) -> held-out loss, top-1/top-5 against the unigram baseline -> `save_pretrained` -> a stock
-`fill-mask` pipeline guesses ~10 held-out sentences (probes.py) -> `loss.png` (plot.py).
+`fill-mask` pipeline guesses ~10 held-out sentences (probes.py; one line when the run stayed on the unigram
+plateau, summary.py) -> `loss.png` (plot.py). The job draws its own bar (progress.py) and keeps its wall time in
+every checkpoint (callbacks.JobClock): after `--resume` the summary's time is the whole job's.
 `--compare` first trains the same model with stock `Trainer` and reports time-to-quality (compare.py).
 """
 
@@ -23,16 +25,24 @@ from pathlib import Path
 from rich.console import Console
 
 from turbotrain.checkpoints import last_complete_checkpoint
-from turbotrain.pretrain.callbacks import Curves, HeldOutCurve, StopAtDeadline, StopOnNonFinite, StopOnSignal
+from turbotrain.pretrain.callbacks import (
+    Curves,
+    HeldOutCurve,
+    JobClock,
+    StopAtDeadline,
+    StopOnNonFinite,
+    StopOnSignal,
+)
 from turbotrain.pretrain.compare import TimeToQuality, time_to_quality
 from turbotrain.pretrain.config import PretrainConfig
 from turbotrain.pretrain.guard import PRETRAIN_RUN, OutputDirLock
 from turbotrain.pretrain.metrics import HeldOut
 from turbotrain.pretrain.probes import Guess, choose_probes, fill_mask
-from turbotrain.pretrain.quiet import quiet_libraries
+from turbotrain.pretrain.progress import JobProgress
+from turbotrain.pretrain.quiet import quiet_libraries, quiet_tied_missing_keys
 from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
 from turbotrain.pretrain.sizing import size_run
-from turbotrain.pretrain.summary import print_data, print_summary
+from turbotrain.pretrain.summary import print_data, print_summary, resume_line
 from turbotrain.utils.plotting import is_matplotlib_available
 from turbotrain.utils.threads import set_threads
 
@@ -54,7 +64,10 @@ class PretrainResult:
     guesses: list[Guess]
     curves: Curves
     steps: int = 0
-    wall_seconds: float = 0.0  # the whole job, from run_pretrain's start to the summary
+    wall_seconds: float = 0.0  # the whole job, from run_pretrain's start to the summary (and the parts before a resume)
+    part_steps: int = 0  # the steps this part trained (all of them, unless it resumed)
+    resumed_seconds: float = 0.0  # the job's seconds up to `resumed_from` (callbacks.JobClock)
+    resumed_from: str | None = None
     planned_steps: int | None = None  # a budgeted run's plan, when the deadline stopped it before
     stopped_by: str | None = None
     compare: TimeToQuality | None = None
@@ -91,10 +104,11 @@ def run_pretrain(cfg: PretrainConfig, console: Console | None = None, measure=No
 def _train_stock(cfg: PretrainConfig, prepared: Prepared, console: Console) -> Curves:
     console.print("[bold]--compare[/]: training the same model with stock Trainer first (same seed, same batches)")
     curve = HeldOutCurve(prepared.data.eval_batches, cfg.evaluate_every, "stock")
-    trainer = make_trainer(cfg, prepared, str(Path(cfg.output_dir) / "compare-stock"), [curve], stock=True)
+    bar = [JobProgress(label="stock Trainer")] if cfg.progress else []
+    trainer = make_trainer(cfg, prepared, str(Path(cfg.output_dir) / "compare-stock"), [*bar, curve], stock=True)
     with StopOnSignal() as stop:
         trainer.add_callback(stop)
-        trainer.train()
+        _train(trainer, bar)
     if stop.received is not None:
         raise KeyboardInterrupt
     return curve.curves
@@ -110,10 +124,14 @@ def _train_turbo(
 ) -> PretrainResult:
     curve, finite = HeldOutCurve(prepared.data.eval_batches, cfg.evaluate_every, "turbotrain"), StopOnNonFinite()
     timer = [StopAtDeadline(deadline)] if deadline is not None else []
+    clock = JobClock(started or time.perf_counter(), last_complete_checkpoint(cfg.output_dir) if cfg.resume else None)
+    if clock.resumed_from is not None:
+        console.print(resume_line(clock.resumed_from, clock.before))
     with StopOnSignal() as stop:
-        trainer = make_trainer(cfg, prepared, cfg.output_dir, [*timer, stop, finite, curve])
+        bar = [JobProgress(lambda: _stopped_by(timer, stop))] if cfg.progress else []
+        trainer = make_trainer(cfg, prepared, cfg.output_dir, [*bar, *timer, stop, finite, curve, clock])
         start = time.perf_counter()
-        trainer.train(resume_from_checkpoint=True if cfg.resume else None)
+        _train(trainer, bar, cfg.resume)
         seconds = time.perf_counter() - start - curve.paused_seconds
     output_dir = Path(cfg.output_dir)
     if finite.reason:
@@ -139,6 +157,9 @@ def _train_turbo(
         curve.curves,
         steps=trainer.state.global_step,
         planned_steps=cfg.steps if timer and timer[0].stopped_at is not None else None,
+        part_steps=trainer.state.global_step - curve.start_step,
+        resumed_seconds=clock.before,
+        resumed_from=clock.resumed_from,
     )
     if stop.received is not None:
         result.stopped_by = stop.name
@@ -147,12 +168,29 @@ def _train_turbo(
             f"{last_complete_checkpoint(output_dir)}; continue with the same command and --resume"
         )
         return result
-    _finish(cfg, prepared, trainer, result, stock, console, started)
+    _finish(cfg, prepared, trainer, result, stock, console, clock)
     return result
 
 
+def _train(trainer, bar: list[JobProgress], resume: bool = False) -> None:
+    """`trainer.train()`, without Trainer's missing-keys warning for the tied weights a checkpoint holds once
+    (quiet.py); the bar taken down whatever happens."""
+    try:
+        with quiet_tied_missing_keys(trainer.model):
+            trainer.train(resume_from_checkpoint=True if resume else None)
+    finally:
+        for each in bar:
+            each.close()
+
+
+def _stopped_by(timer: list[StopAtDeadline], stop: StopOnSignal) -> str | None:
+    if timer and timer[0].stopped_at is not None:
+        return "budget reached"
+    return f"{stop.name} received" if stop.received is not None else None
+
+
 def _finish(
-    cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console, started=None
+    cfg, prepared: Prepared, trainer, result: PretrainResult, stock: Curves | None, console: Console, clock: JobClock
 ) -> None:
     trainer.save_model(str(result.output_dir))
     prepared.tokenizer.save_pretrained(str(result.output_dir))
@@ -169,7 +207,7 @@ def _finish(
         result.plot = plot_losses(
             runs, result.output_dir / "loss.png", result.compare.target_loss if result.compare else None
         )
-    result.wall_seconds = time.perf_counter() - started if started is not None else result.train_seconds
+    result.wall_seconds = clock.seconds()
     print_summary(console, result)
     console.print("MFU: " + _mfu_line(trainer, prepared, result))
     if cfg.export_onnx:

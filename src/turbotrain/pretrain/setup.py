@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import PreTrainedTokenizerFast, RobertaForMaskedLM, Trainer, TrainingArguments
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from turbotrain.args import TurboTrainingArguments
 from turbotrain.data import load_corpus, train_tokenizer
@@ -75,9 +76,11 @@ def training_arguments(cfg: PretrainConfig, output_dir: str, stock: bool = False
 
 
 def make_trainer(cfg: PretrainConfig, prepared: Prepared, output_dir: str, callbacks: list, stock: bool = False):
+    """The job's trainer: Trainer's own bar and log printer taken off (the job draws its bar, progress.py; the
+    speed probe prints nothing)."""
     model = initial_model(cfg, len(prepared.tokenizer))
     trainer_class = Trainer if stock else TurboTrainer
-    return trainer_class(
+    trainer = trainer_class(
         model=model,
         args=training_arguments(cfg, output_dir, stock),
         train_dataset=prepared.data.train,
@@ -85,3 +88,6 @@ def make_trainer(cfg: PretrainConfig, prepared: Prepared, output_dir: str, callb
         processing_class=prepared.tokenizer,
         callbacks=callbacks,
     )
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    return trainer

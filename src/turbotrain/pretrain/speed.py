@@ -4,10 +4,14 @@
 `steps` steps into a temporary directory (nothing saved); the first `warm_up` steps are not timed (allocator
 and first-call costs), the mean of the rest is the answer (the run's length is a sum of steps). `eval_and_save_seconds` times one held-out
 evaluation and one checkpoint-sized save (model, and twice its size for Adam's state) of that model.
+The probe prints nothing of its own: no bar or logs (setup.py), and not the trainer's summary line
+(`turbotrain: backend ...`), which the run that follows says once, for itself.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import statistics
 import tempfile
 import time
@@ -46,7 +50,7 @@ def measure_speed(cfg: PretrainConfig, prepared, steps: int = 12, warm_up: int =
         cfg, max_steps=steps, learning_rate=cfg.lr, warmup_steps=0, save_steps=10**9, eval_steps=10**9, progress=False
     )
     clock = StepClock()
-    with tempfile.TemporaryDirectory(prefix="turbotrain-probe-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="turbotrain-probe-") as tmp, _without_summary_line():
         trainer = make_trainer(probe_cfg, prepared, tmp, [clock])
         trainer.train()
         begin = time.perf_counter()
@@ -57,3 +61,17 @@ def measure_speed(cfg: PretrainConfig, prepared, steps: int = 12, warm_up: int =
         torch.save({"model": state, "adam": [state, state]}, Path(tmp) / "probe.pt")
         save_seconds = time.perf_counter() - begin
     return Speed(clock.seconds_per_step(warm_up), eval_seconds, save_seconds)
+
+
+def _not_summary(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("turbotrain: backend ")
+
+
+@contextlib.contextmanager
+def _without_summary_line():
+    logger = logging.getLogger("turbotrain")
+    logger.addFilter(_not_summary)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_not_summary)
