@@ -9,6 +9,7 @@ from transformers import DefaultFlowCallback, TrainerCallback
 
 from tests.trainer_helpers import stock_trainer, turbo_trainer
 from turbotrain.backends.auto import AutoChooser
+from turbotrain.checkpoints import WritableOutput
 from turbotrain.hidden_callbacks import ThreadsCallback
 from turbotrain.summary import SummaryCallback
 
@@ -41,7 +42,7 @@ def test_hidden_callbacks_still_see_every_event_after_the_public_ones(tmp_path, 
     events = Events()
     trainer.add_callback(events)
     hidden = [type(callback) for callback in trainer.callback_handler.hidden]
-    assert hidden == [AutoChooser, ThreadsCallback, SummaryCallback]
+    assert hidden == [WritableOutput, AutoChooser, ThreadsCallback, SummaryCallback]
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         trainer.train()
     assert events.seen == [1, 2]
@@ -86,31 +87,30 @@ class ThreadsSeen(TrainerCallback):
         self.seen.append(torch.get_num_threads())
 
 
-def test_a_cpu_run_beside_busy_cores_takes_fewer_threads_says_so_and_puts_them_back(tmp_path, monkeypatch):
-    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+def run_beside_busy_cores(tmp_path, monkeypatch, steps: int):
+    """A `steps`-step run from 2 torch threads on a machine whose 2 usable cores are busy: the trainer, the threads
+    each step saw and torch's thread count at the end of training (put back to the caller's after)."""
     monkeypatch.setattr("turbotrain.trainer.OtherWork", BusyMachine)
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        trainer, seen = turbo_trainer("bert", tmp_path, max_steps=3), ThreadsSeen()
+        trainer, seen = turbo_trainer("bert", tmp_path, max_steps=steps), ThreadsSeen()
         trainer.add_callback(seen)
         trainer.train()
-        assert seen.seen == [1, 1, 1] and torch.get_num_threads() == 2
-        assert "threads: 1 of 2 usable cores (2.0 busy with other work)" in trainer.turbo_summary()
+        return trainer, seen.seen, torch.get_num_threads()
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_cpu_run_beside_busy_cores_takes_fewer_threads_says_so_and_puts_them_back(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    trainer, seen, after = run_beside_busy_cores(tmp_path, monkeypatch, steps=3)
+    assert seen == [1, 1, 1] and after == 2
+    assert "threads: 1 of 2 usable cores (2.0 busy with other work)" in trainer.turbo_summary()
 
 
 def test_the_users_thread_setting_stands(tmp_path, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
-    monkeypatch.setattr("turbotrain.trainer.OtherWork", BusyMachine)
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        trainer, seen = turbo_trainer("bert", tmp_path, max_steps=2), ThreadsSeen()
-        trainer.add_callback(seen)
-        trainer.train()
-        assert seen.seen == [2, 2] and "(OMP_NUM_THREADS)" in trainer.turbo_summary()
-    finally:
-        torch.set_num_threads(before)
+    trainer, seen, _ = run_beside_busy_cores(tmp_path, monkeypatch, steps=2)
+    assert seen == [2, 2] and "(OMP_NUM_THREADS)" in trainer.turbo_summary()

@@ -28,29 +28,27 @@ from transformers import (
 
 VOCAB = 97  # odd on purpose
 NUM_LABELS = 3
+ENCODER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)  # BERT-like sizes
+
+
+def decoder_config(config_class=LlamaConfig, hidden=32, layers=2, heads=4, kv_heads=2, width=64, **changes):
+    """A tiny decoder's config (Llama-shaped by default; Qwen2, Gemma2... by `config_class`): VOCAB, hidden 32,
+    2 layers, 4 heads over 2 key-value heads, MLP width 64, 128 positions, untied head, pad 0; `changes` for the
+    rest. The one place the tests' tiny decoder sizes are written."""
+    sizes = dict(hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads, intermediate_size=width)
+    defaults = dict(vocab_size=VOCAB, max_position_embeddings=128, tie_word_embeddings=False, pad_token_id=0)
+    return config_class(**sizes, num_key_value_heads=kv_heads, **{**defaults, **changes})
+
 
 CONFIGS = {
     "bert": (
         BertConfig,
-        dict(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=128,
-        ),
+        dict(ENCODER, max_position_embeddings=128),
         dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
     ),
     "roberta": (
         RobertaConfig,
-        dict(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            intermediate_size=64,
-            max_position_embeddings=130,
-            pad_token_id=1,
-        ),
+        dict(ENCODER, max_position_embeddings=130, pad_token_id=1),
         dict(hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0),
     ),
     "distilbert": (
@@ -63,20 +61,7 @@ CONFIGS = {
         dict(n_embd=32, n_layer=2, n_head=4, n_positions=128, bos_token_id=0, eos_token_id=0, pad_token_id=0),
         dict(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, classifier_dropout=0.0),
     ),
-    "llama": (
-        LlamaConfig,
-        dict(
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=128,
-            tie_word_embeddings=False,
-            pad_token_id=0,
-        ),
-        dict(attention_dropout=0.0, classifier_dropout=0.0),
-    ),
+    "llama": (decoder_config, {}, dict(attention_dropout=0.0, classifier_dropout=0.0)),
 }
 LM_CLASSES = {
     "bert": BertForMaskedLM,
@@ -157,22 +142,14 @@ def llm(vocab: int = LLM_VOCAB, tied: bool = True, seed: int = 0, softcap: float
     """A one-layer Qwen2-shaped decoder (Gemma-2 with `softcap`) with a large vocabulary and a tiny body."""
     from transformers import Gemma2Config, Gemma2ForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-    sizes = dict(
-        vocab_size=vocab,
-        hidden_size=hidden,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        intermediate_size=2 * hidden,
-        tie_word_embeddings=tied,
-        pad_token_id=0,
-    )
+    sizes = dict(hidden=hidden, layers=1, heads=2, kv_heads=1, width=2 * hidden, vocab_size=vocab)
+    sizes.update(tie_word_embeddings=tied, attention_dropout=0.0)
     torch.manual_seed(seed)
     if softcap is not None:
         return Gemma2ForCausalLM(
-            Gemma2Config(**sizes, head_dim=hidden // 2, final_logit_softcapping=softcap, attention_dropout=0.0)
+            decoder_config(Gemma2Config, **sizes, head_dim=hidden // 2, final_logit_softcapping=softcap)
         )
-    return Qwen2ForCausalLM(Qwen2Config(**sizes, attention_dropout=0.0))
+    return Qwen2ForCausalLM(decoder_config(Qwen2Config, **sizes))
 
 
 def as_user_subclass(model):
@@ -190,17 +167,8 @@ def phimoe(seed: int = 0):
     """A tiny PhiMoE causal LM: no dropout, but its expert routing samples in training (sparsemixer)."""
     from transformers import PhimoeConfig, PhimoeForCausalLM
 
-    config = PhimoeConfig(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        num_local_experts=4,
-        num_experts_per_tok=2,
-        attention_dropout=0.0,
-        max_position_embeddings=64,
-    )
+    sizes = dict(hidden=16, width=32, layers=1, heads=2, kv_heads=2, max_position_embeddings=64)
+    experts = dict(num_local_experts=4, num_experts_per_tok=2)
+    config = decoder_config(PhimoeConfig, **sizes, **experts, attention_dropout=0.0, pad_token_id=None)
     torch.manual_seed(seed)
     return PhimoeForCausalLM(config)

@@ -16,16 +16,13 @@ from transformers import (
 
 VOCAB = 97  # odd on purpose
 MEL_BINS, SOURCE_POSITIONS = 8, 16  # Whisper: 32 feature frames per example
-_BART_LIKE = dict(
-    d_model=32,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=64,
-    decoder_ffn_dim=64,
-    max_position_embeddings=64,
-)
+# BART-like configs (BART, Marian, Whisper) name each side's sizes apart: 2 layers, 4 heads, FFN 64 on both
+SIDES = {
+    f"{side}_{size}": value
+    for side in ("encoder", "decoder")
+    for size, value in (("layers", 2), ("attention_heads", 4), ("ffn_dim", 64))
+}
+_BART_LIKE = dict(d_model=32, **SIDES, max_position_embeddings=64)
 CONFIGS = {
     "t5": (
         T5Config,
@@ -61,12 +58,7 @@ CONFIGS = {
         dict(
             num_mel_bins=MEL_BINS,
             d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            encoder_attention_heads=4,
-            decoder_attention_heads=4,
-            encoder_ffn_dim=64,
-            decoder_ffn_dim=64,
+            **SIDES,
             max_source_positions=SOURCE_POSITIONS,
             max_target_positions=64,
             pad_token_id=0,
@@ -82,10 +74,10 @@ CONFIGS = {
 FAMILIES = sorted(CONFIGS)
 
 
-def make(family: str, seed: int = 0, dropout: bool = True, dtype=torch.float32):
-    """A tiny model of `family`; with `dropout` the config's own dropout (0.1) is kept."""
+def make(family: str, seed: int = 0, dropout: bool = True, dtype=torch.float32, **changes):
+    """A tiny model of `family`; with `dropout` the config's own dropout (0.1) is kept; `changes` to its config."""
     config_class, model_class, sizes, no_dropout = CONFIGS[family]
-    config = config_class(vocab_size=VOCAB, **sizes, **({} if dropout else no_dropout))
+    config = config_class(vocab_size=VOCAB, **{**sizes, **({} if dropout else no_dropout), **changes})
     torch.manual_seed(seed)
     return model_class(config).to(dtype)
 

@@ -19,8 +19,7 @@ def dataset(n: int = 48, seq_len: int = 37, keep: float = 0.15, seed: int = 0) -
     return Dataset.from_dict({"input_ids": input_ids.tolist(), "labels": labels.tolist()})
 
 
-COMMON = dict(
-    per_device_train_batch_size=4,
+SHORT_RUN = dict(  # 10 quiet steps, nothing saved, no worker processes
     max_steps=10,
     logging_steps=1,
     report_to="none",
@@ -30,6 +29,7 @@ COMMON = dict(
     disable_tqdm=True,
     dataloader_num_workers=0,
 )
+COMMON = dict(SHORT_RUN, per_device_train_batch_size=4)
 
 
 def train_losses(trainer) -> list[float]:

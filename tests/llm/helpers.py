@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from datasets import Dataset
 
+from tests.tiny_models import decoder_config
+
 WORDS = [f"w{i}" for i in range(90)]
 SPECIAL = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
 
@@ -24,20 +26,10 @@ def decoder(seed: int = 0, tied: bool = True, vocab: int = len(WORDS) + len(SPEC
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    return Qwen2ForCausalLM(
-        Qwen2Config(
-            vocab_size=vocab,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            tie_word_embeddings=tied,
-            pad_token_id=0,
-            eos_token_id=1,
-            attention_dropout=0.0,
-        )
+    config = decoder_config(
+        Qwen2Config, vocab_size=vocab, tie_word_embeddings=tied, eos_token_id=1, attention_dropout=0.0
     )
+    return Qwen2ForCausalLM(config)
 
 
 def prompt_completion_rows(n: int = 48, seed: int = 0) -> Dataset:

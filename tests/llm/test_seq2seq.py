@@ -4,33 +4,15 @@ from __future__ import annotations
 
 import torch
 from datasets import Dataset
-from transformers import BartConfig, BartForConditionalGeneration, Seq2SeqTrainer, Seq2SeqTrainingArguments
+from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments
 
-from tests.tiny_models import VOCAB
+from tests.tiny_seq2seq import VOCAB, make
 from tests.trainer_helpers import COMMON, assert_losses_close
 from turbotrain import turbo, turbo_arguments
 
 
 def bart():
-    torch.manual_seed(0)
-    config = BartConfig(
-        vocab_size=VOCAB,
-        d_model=32,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        encoder_ffn_dim=64,
-        decoder_ffn_dim=64,
-        max_position_embeddings=64,
-        dropout=0.0,
-        attention_dropout=0.0,
-        pad_token_id=1,
-        bos_token_id=0,
-        eos_token_id=2,
-        decoder_start_token_id=2,
-    )
-    return BartForConditionalGeneration(config)
+    return make("bart", dropout=False, encoder_layers=1, decoder_layers=1)
 
 
 def pairs(n: int = 40) -> Dataset:

@@ -12,7 +12,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.parity import assert_same, loss_and_grads
-from tests.tiny_models import VOCAB
+from tests.tiny_models import decoder_config
 from turbotrain.modeling import synthetic_batch
 from turbotrain.passes.fused_lora import apply_fused_lora, lora_layers
 from turbotrain.passes.optimize import optimize
@@ -25,21 +25,10 @@ ODD_BATCHES = ([37, 37, 37], [37, 20, 1])  # batch 3, length 37: full rows, then
 
 def llama(dtype=torch.float32, seed: int = 0):
     """Llama-3.2-1B's proportions: 32 heads / 8 key-value heads (4:1), MLP 4 x hidden, untied head."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=2,
-        intermediate_size=256,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-    )
-    return LlamaForCausalLM(config).to(dtype)
+    return LlamaForCausalLM(decoder_config(hidden=64, heads=8, width=256)).to(dtype)
 
 
 def qwen2(dtype=torch.float32, seed: int = 0):
@@ -47,17 +36,7 @@ def qwen2(dtype=torch.float32, seed: int = 0):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=VOCAB,
-        hidden_size=56,
-        num_hidden_layers=2,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        intermediate_size=304,
-        max_position_embeddings=128,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-    )
+    config = decoder_config(Qwen2Config, hidden=56, heads=14, width=304, tie_word_embeddings=True)
     return Qwen2ForCausalLM(config).to(dtype)
 
 

@@ -33,6 +33,7 @@ from datasets import Dataset
 from transformers import AutoModelForCausalLM, LlamaConfig, Trainer, TrainingArguments
 
 from tests.scale.deepspeed_comm import without_shm_comm_op
+from tests.tiny_models import decoder_config
 from tests.trainer_helpers import RightPaddingCollator
 from turbotrain import TurboTrainer, TurboTrainingArguments, optimize
 
@@ -49,17 +50,7 @@ ZERO3 = {
 
 
 def config() -> LlamaConfig:
-    return LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-        tie_word_embeddings=False,
-        pad_token_id=0,
-    )
+    return decoder_config(vocab_size=VOCAB, hidden=64, width=128)
 
 
 def completion_rows(n: int = ROWS, seed: int = 0) -> Dataset:

@@ -25,25 +25,12 @@ import torch
 from transformers import Trainer, TrainerCallback, TrainingArguments
 
 from tests.tiny_models import make
-from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset
+from tests.trainer_helpers import SHORT_RUN, RightPaddingCollator, variable_length_dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
 
 GLOBAL_BATCH = 8
 PAD = {"roberta": 1, "gpt2": 0}
-COMMON = dict(
-    max_steps=10,
-    logging_steps=1,
-    report_to="none",
-    seed=0,
-    learning_rate=1e-3,
-    weight_decay=0.01,
-    warmup_steps=2,
-    disable_tqdm=True,
-    dataloader_num_workers=0,
-    eval_strategy="steps",
-    eval_steps=5,
-    save_strategy="no",
-)
+COMMON = dict(SHORT_RUN, weight_decay=0.01, warmup_steps=2, eval_strategy="steps", eval_steps=5)
 SAVING = dict(save_strategy="steps", save_steps=5)
 # every batch pads to 40 tokens: one compiled shape per run; a lost host is declared after 10 s
 XLA = {"length_buckets": [40], "label_row_buckets": 4, "host_timeout_s": 10}

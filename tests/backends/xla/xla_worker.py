@@ -30,23 +30,12 @@ from transformers import (
 )
 
 from tests.tiny_models import make
-from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset
+from tests.trainer_helpers import SHORT_RUN, RightPaddingCollator, variable_length_dataset
 from turbotrain import TurboTrainer, TurboTrainingArguments
 from turbotrain.backends.xla.batches import ROWS
 
 GLOBAL_BATCH = 8
-COMMON = dict(
-    max_steps=10,
-    logging_steps=1,
-    report_to="none",
-    save_strategy="no",
-    seed=0,
-    learning_rate=1e-3,
-    weight_decay=0.01,
-    warmup_steps=2,
-    disable_tqdm=True,
-    dataloader_num_workers=0,
-)
+COMMON = dict(SHORT_RUN, weight_decay=0.01, warmup_steps=2)
 # every batch pads to 40 tokens and its kept rows to a quarter of the batch: one compiled shape per run
 BUCKETS = {"length_buckets": [40], "label_row_buckets": 4}
 PAD = {"roberta": 1, "gpt2": 0}
