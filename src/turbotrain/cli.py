@@ -1,14 +1,16 @@
-"""`turbotrain` command line: `run` (an unmodified Trainer script with turbotrain: launch/), `pretrain`
+"""`turbotrain` command line: `run` (an unmodified Trainer script with turbotrain's classes), `pretrain`
 (the main job), `bench` (side-by-side measurement) and `export` (a trained model directory -> verified
 ONNX for deployment)."""
+
+# Parsing imports neither torch nor Transformers: the parsers are built from plain data (PretrainConfig's
+# defaults, pretrain.config.BACKEND_CHOICES, bench/flag_table.py, launch/option_table.py), so every `--help`
+# answers in well under a second; a command imports what it runs once its arguments are parsed. Only `bench`
+# (not asking for help) reads its flags from the registered workloads themselves (bench/flags.py).
 
 from __future__ import annotations
 
 import argparse
 import sys
-
-from turbotrain.backends import valid_choices
-from turbotrain.utils.warnings import quiet_cpu_pin_memory
 
 
 def _add_model_flags(parser: argparse.ArgumentParser, defaults) -> None:
@@ -28,8 +30,7 @@ def _add_overwrite_flag(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def _pretrain_parser(sub) -> None:
-    from turbotrain.pretrain import PretrainConfig
-    from turbotrain.pretrain.config import BF16_CHOICES
+    from turbotrain.pretrain.config import BACKEND_CHOICES, BF16_CHOICES, PretrainConfig
 
     d = PretrainConfig()
     p = sub.add_parser("pretrain", help="pretrain a RoBERTa-style masked LM on the built-in corpus or your files")
@@ -63,7 +64,7 @@ def _pretrain_parser(sub) -> None:
         help="first train the same model with stock Trainer and report time to the same held-out loss",
     )
     p.add_argument("--no-plot", action="store_false", dest="plot", help="do not write OUTPUT_DIR/loss.png")
-    p.add_argument("--backend", default=d.backend, choices=valid_choices())
+    p.add_argument("--backend", default=d.backend, choices=BACKEND_CHOICES)
     p.add_argument("--no-label-sparsity", action="store_false", dest="label_sparsity")
     p.add_argument("--quiet", action="store_false", dest="progress")
     p.add_argument(
@@ -98,17 +99,17 @@ def _export_parser(sub) -> None:
     _add_overwrite_flag(p, "an earlier export: replace it whole")
 
 
-def _bench_parser(sub) -> None:
-    from turbotrain.bench.flags import add_workload_flags
+def _bench_parser(sub, live: bool = False) -> None:
+    from turbotrain.bench.flags import add_workload_flags, static_table
 
     p = sub.add_parser(
         "bench",
         help="a workload's peers side by side, interleaved (stock Trainer, Trainer(torch_compile), TurboTrainer...)",
-        description="Every workload's flags are its dataclass fields (bench/workloads/); --task picks one.",
+        description="Every workload's flags are its dataclass fields; --task picks one.",
     )
     p.add_argument("--out", default="bench-out", help="directory for bench.json, bench.md and bench.png")
     _add_overwrite_flag(p, "an earlier benchmark's reports")
-    add_workload_flags(p)
+    add_workload_flags(p, None if live else static_table())
 
 
 def _run_pretrain(ns: argparse.Namespace) -> int:
@@ -168,14 +169,17 @@ def _run_ondevice_bench(ns: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_parser(sub) -> None:
-    from turbotrain.bench.workloads.corpus_lm import CorpusLM
+def _profile_parser(sub, live: bool = False) -> None:
+    from turbotrain.pretrain.shape import ModelShape
+
+    if live:
+        from turbotrain.bench.workloads.corpus_lm import CorpusLM
 
     p = sub.add_parser("profile-ort", help="ONNX Runtime kernel time by op type for the mlm benchmark workload")
     p.add_argument("--out", default="profile-ort")
     _add_overwrite_flag(p, "an earlier profile")
     p.add_argument("--steps", type=int, default=5)
-    _add_model_flags(p, CorpusLM(task="mlm"))
+    _add_model_flags(p, CorpusLM(task="mlm") if live else ModelShape())  # the help shows no defaults
 
 
 def _run_profile(ns: argparse.Namespace) -> int:
@@ -190,6 +194,19 @@ def _run_profile(ns: argparse.Namespace) -> int:
 def _run_parser(sub) -> None:
     # parsed by turbotrain.launch (its options come from TurboOptions; the script's own arguments follow)
     sub.add_parser("run", add_help=False, help="run an unmodified Trainer script with turbotrain: run script.py [args]")
+
+
+def _parser(command: str | None) -> argparse.ArgumentParser:
+    """Every subcommand's parser; `command` (None for help) reads its own flags live where they have a table."""
+    parser = argparse.ArgumentParser(prog="turbotrain", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _run_parser(sub)
+    _pretrain_parser(sub)
+    _bench_parser(sub, live=command == "bench")
+    _export_parser(sub)
+    _ondevice_bench_parser(sub)
+    _profile_parser(sub, live=command == "profile-ort")
+    return parser
 
 
 COMMANDS = {
@@ -207,17 +224,11 @@ def main(argv: list[str] | None = None) -> int:
         from turbotrain.launch import main as run_main
 
         return run_main(argv[1:])
-    quiet_cpu_pin_memory()
-    parser = argparse.ArgumentParser(prog="turbotrain", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    _run_parser(sub)
-    _pretrain_parser(sub)
-    _bench_parser(sub)
-    _export_parser(sub)
-    _ondevice_bench_parser(sub)
-    _profile_parser(sub)
-    ns = parser.parse_args(argv)
+    ns = _parser(None if not argv or "-h" in argv or "--help" in argv else argv[0]).parse_args(argv)
     from turbotrain.data.corpus import CorpusError
+    from turbotrain.utils.warnings import quiet_cpu_pin_memory
+
+    quiet_cpu_pin_memory()
 
     try:
         return COMMANDS[ns.command](ns)

@@ -24,9 +24,6 @@ import io
 import os
 import sys
 import types
-from dataclasses import fields
-
-from turbotrain.launch.options import OptionError, run_options
 
 PROG = "turbotrain run"
 USAGE = f"usage: {PROG} [turbotrain options] [--] script.py [script arguments]"
@@ -35,11 +32,13 @@ INTERRUPTED_EXIT = 130
 
 
 def usage() -> str:
-    from turbotrain.args import TurboOptions
+    """The help: the options from option_table.py (TurboOptions' fields written out as data, options.py), so
+    `turbotrain run --help` imports neither torch nor Transformers."""
+    from turbotrain.launch.option_table import OPTIONS
 
     lines = [USAGE, "", __doc__.split("\n\n")[0], "", "turbotrain options (defaults of the script's arguments):"]
-    for option in fields(TurboOptions):
-        lines.append(f"  --{option.name} (default {option.default!r}): {option.metadata['help']}")
+    for name, default, help_text in OPTIONS:
+        lines.append(f"  --{name} (default {default}): {help_text}")
     lines.append("  ... or the same as JSON in the TURBOTRAIN_OPTIONS environment variable.")
     lines.append("Where the script parses TrainingArguments with HfArgumentParser, its own --backend etc. work too.")
     return "\n".join(lines)
@@ -143,6 +142,8 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else NOT_FOUND_EXIT
+    from turbotrain.launch.options import OptionError, run_options
+
     try:
         options, command = run_options(argv)
     except OptionError as error:

@@ -1,8 +1,26 @@
 """The main job, `turbotrain pretrain`: job.py runs it; config, data, metrics, callbacks, probes, guard,
 compare, plot and summary are its parts (one job each); shape is the RoBERTa layout it trains (the
-benchmark trains the same one)."""
+benchmark trains the same one).
 
-from turbotrain.pretrain.config import PretrainConfig
-from turbotrain.pretrain.job import PretrainResult, TrainingStopped, run_pretrain
+Names are imported on first use: `turbotrain pretrain --help` reads `config.PretrainConfig` (no torch, no
+Transformers) without importing the job."""
 
-__all__ = ["PretrainConfig", "PretrainResult", "TrainingStopped", "run_pretrain"]
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "PretrainConfig": "turbotrain.pretrain.config",
+    "PretrainResult": "turbotrain.pretrain.job",
+    "TrainingStopped": "turbotrain.pretrain.job",
+    "run_pretrain": "turbotrain.pretrain.job",
+}
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'turbotrain.pretrain' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -24,6 +24,9 @@ from turbotrain.pretrain.budget import intervals
 from turbotrain.pretrain.shape import ModelShape
 
 BF16_CHOICES = ("on", "off", "auto")  # precision.py: auto = bf16 autocast on AMX-BF16 CPUs / bf16 CUDA
+# the backends' registry (backends.valid_choices()) as data, so the CLI parses without importing torch; a test
+# checks they agree
+BACKEND_CHOICES = ("auto", "eager", "inductor", "onnxruntime", "xla")
 DEFAULT_SHAPE = (128, 2, 2)  # hidden, layers, heads: the menu's smallest (budget.py)
 DEFAULT_LEARNING_RATE = 2e-3
 MIN_SEQ_LEN = 16  # shorter cannot hold a sentence with a masked word (the fill-mask examples need ~12-40)
@@ -127,5 +130,7 @@ def check_config(cfg: PretrainConfig) -> None:
         raise ValueError(f"--lr-scheduler must be linear, cosine or constant_with_warmup, got {cfg.lr_scheduler}")
     if cfg.bf16 not in BF16_CHOICES:
         raise ValueError(f"--bf16 must be on, off or auto, got {cfg.bf16}")
+    if cfg.backend not in BACKEND_CHOICES:
+        raise ValueError(f"--backend must be one of {', '.join(BACKEND_CHOICES)}, got {cfg.backend}")
     if cfg.resume and cfg.overwrite:
         raise ValueError("--resume continues the run in --output-dir, --overwrite replaces it: give one of them")

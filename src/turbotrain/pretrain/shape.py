@@ -8,8 +8,10 @@ RoBERTa's 50,265 for the benchmark).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from transformers import RobertaConfig
+if TYPE_CHECKING:
+    from transformers import RobertaConfig
 
 
 @dataclass
@@ -24,6 +26,8 @@ class ModelShape:
 
     def roberta_config(self, vocab_size: int | None = None, dropout: float = 0.1, num_labels: int = 2) -> RobertaConfig:
         """FFN 4 x hidden; positions start at padding_idx + 1, hence seq_len + 2 position embeddings."""
+        from transformers import RobertaConfig  # here: the CLI reads the shape's defaults without Transformers
+
         return RobertaConfig(
             vocab_size=vocab_size or self.vocab_size,
             hidden_size=self.hidden_size,
