@@ -45,12 +45,11 @@ LAYERS = (
             "hidden_callbacks",
             "token_budget",
             "compiled_step",
+            "batch_checks",
         ),
     ),
-    (
-        "launch and integrations",
-        ("launch", "sft", "preference", "__init__"),
-    ),  # __init__: the lazy front, `sft`'s names among its
+    ("integrations", ("integrations",)),  # the tables of trainer libraries (TRL's), read by the layers above
+    ("launch", ("launch", "__init__")),  # __init__: the lazy front, the integrations' ready names among its
     ("bench and pretrain", ("bench", "pretrain", "data")),
     ("cli", ("cli", "__main__")),
 )

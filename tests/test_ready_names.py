@@ -102,9 +102,9 @@ def test_sft_names_without_trl_raise_an_import_error_naming_the_extra(monkeypatc
     import turbotrain.utils.imports as imports
 
     monkeypatch.setattr(imports, "is_available", lambda package: package != "trl")
-    monkeypatch.delitem(sys.modules, "turbotrain.sft", raising=False)
+    monkeypatch.delitem(sys.modules, "turbotrain.integrations.trl.ready", raising=False)
     monkeypatch.delitem(turbotrain.__dict__, "TurboSFTTrainer", raising=False)
     with pytest.raises(ImportError, match=r"pip install 'turbotrain\[llm\]'"):
-        importlib.import_module("turbotrain.sft")
+        importlib.import_module("turbotrain.integrations.trl.ready")
     with pytest.raises(ImportError, match=r"turbotrain\[llm\]"):
         turbotrain.TurboSFTTrainer  # noqa: B018

@@ -14,6 +14,7 @@ from transformers import Trainer
 from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
 from tests.trainer_helpers import COMMON
 from turbotrain import trl_boundary as integration
+from turbotrain.passes import fused_head_calls
 
 pytestmark = pytest.mark.requires_llm
 
@@ -57,7 +58,7 @@ def test_trl_private_attributes_and_signatures_are_pinned(tmp_path):
     assert isinstance(trainer._total_train_tokens, int) and "num_tokens" not in trainer._metrics["train"]
     assert tuple(inspect.signature(SFTTrainer.compute_loss).parameters)[:3] == ("self", "model", "inputs")
     assert trainer.args.loss_type == "nll"
-    fields = set(integration.fused_output_class().__dataclass_fields__)
+    fields = set(fused_head_calls.fused_output_class().__dataclass_fields__)
     assert {"loss", "log_probs", "entropy", "is_top1", "label_mask"} <= fields
 
 

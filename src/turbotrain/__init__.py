@@ -24,17 +24,7 @@ _LAZY = {
     "TurboTrainer": "turbotrain.trainer",
     "TurboSeq2SeqTrainingArguments": "turbotrain.args",
     "TurboSeq2SeqTrainer": "turbotrain.trainer",
-    "TurboSFTConfig": "turbotrain.sft",  # needs trl (the llm extra): a clear ImportError otherwise
-    "TurboSFTTrainer": "turbotrain.sft",
-    "TurboDPOConfig": "turbotrain.preference",  # needs trl too
-    "TurboDPOTrainer": "turbotrain.preference",
-    "TurboKTOConfig": "turbotrain.preference",
-    "TurboKTOTrainer": "turbotrain.preference",
-    "TurboGRPOConfig": "turbotrain.preference",
-    "TurboGRPOTrainer": "turbotrain.preference",
-    "TurboRLOOConfig": "turbotrain.preference",
-    "TurboRLOOTrainer": "turbotrain.preference",
-    "turbo": "turbotrain.trainer",
+    "turbo": "turbotrain.integrations",  # turbo() with every integration's table registered (TRL's)
     "turbo_arguments": "turbotrain.args",
     "fused_adamw": "turbotrain.passes",
     "optimize": "turbotrain.passes",
@@ -42,6 +32,13 @@ _LAZY = {
     "export_training_artifacts": "turbotrain.export",
     "compile": "turbotrain.compiled_step",  # not a module named compile: importing it would shadow the function
 }
+
+# TRL's ready names, one pair per row of integrations/trl/'s table: they need trl (the llm extra), a clear
+# ImportError naming it otherwise
+TRL_NAMES = tuple(
+    f"Turbo{name}{kind}" for name in ("SFT", "DPO", "KTO", "GRPO", "RLOO") for kind in ("Trainer", "Config")
+)
+_LAZY.update(dict.fromkeys(TRL_NAMES, "turbotrain.integrations.trl.ready"))
 
 __all__ = [*sorted(_LAZY), "__version__"]
 

@@ -43,15 +43,13 @@ which forwards them to the public `turbo_*` methods here:
   fully on disk (with its files' sizes and checksums), and resuming skips one a kill cut off mid-write
   or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
 
-Label smoothing and a custom `compute_loss_func` read the full logits, so label sparsity steps aside
-for them (one warning) instead of changing the numbers. Padding-free packing changes a batch's rows, so
-it steps aside (one log line) for trainers that compute their own loss other than TRL's `SFTTrainer`
-(whose loss is a sum over tokens; DPO's reads chosen/rejected rows). Both are the passes' own
-`refused_by_trainer` (passes/registry.py), asked once in `__init__`. TRL's `fused_lm_head` calls are
-answered by the chunked head for `SFTTrainer` with `loss_type="nll"` and for `DPOTrainer`
-(`trl_boundary.py: fused_call_weighting`; passes/fused_head_calls.py), and DPOTrainer's separate reference
-model's calls the same way (passes/label_sparsity/reference_calls.py),
-and TRL trainers get their `num_tokens` metric counted on real tokens (`trl_boundary.py`: all of TRL).
+What the trainer's loss asks of the passes is one value, `TrainerFacts` (passes/registry.py), built once in
+`__init__` (`turbo_trainer_facts`: a registered integration's row, integrations/trl/ for TRL's trainers, else
+Trainer's own) and handed to every pass's refusal and install: label smoothing and a custom `compute_loss_func`
+read the full logits (label sparsity steps aside), a loss that is not a sum over tokens keeps its batches padded
+(padding-free steps aside, or packs TRL's scored calls inside each call), TRL's `fused_lm_head` calls are
+answered by the chunked head at the trainer's weighting and temperature, its reference model's too, and SFT's
+`num_tokens` metric is counted on real tokens (the integration's mixin, trl_boundary.TrlTokenCount).
 
 Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
 gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched. Every Trainer
@@ -70,35 +68,31 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import bf16_emulation, checkpoints, modeling
+from turbotrain import bf16_emulation, checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
+from turbotrain.batch_keys import PADDED_LABELS
 from turbotrain.bf16_hint import bf16_hint, wants_hint
 from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.hidden_callbacks import HiddenCallbacks, ThreadsCallback
-from turbotrain.passes.fused_optimizer import resolve_optim_name
-from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls, same_model
-from turbotrain.passes.optimize import OptimizeReport, optimize
-from turbotrain.passes.padding_free.packing import PADDED_LABELS
-from turbotrain.passes.padding_free.scored_calls import pack_answered_calls
-from turbotrain.passes.registry import StepPlace, trainer_refusals
+from turbotrain.passes import OptimizeReport, optimize, resolve_optim_name
+from turbotrain.passes.registry import StepPlace, TrainerFacts, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
 from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
 from turbotrain.trl_arguments import as_sft_config
-from turbotrain.trl_boundary import (
-    TrlTokenCount,
-    counts_tokens_from_mask,
-    fused_call_temperature,
-    fused_call_weighting,
-    packs_scored_calls,
-    separate_reference_model,
-)
 from turbotrain.utils.freed_memory import release_freed_memory
 from turbotrain.utils.threads import OtherWork
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
+_INTEGRATIONS: list[tuple] = []  # (facts, mixins) of each trainer library's table: `register_integration`
+
+
+def register_integration(facts, mixins) -> None:
+    """A trainer library's table (integrations/trl/): `facts(trainer)`, the `TrainerFacts` of a trainer it knows
+    (else None), and `mixins(trainer_class)`, the classes `turbo()` puts before TurboMixin for it."""
+    _INTEGRATIONS.append((facts, mixins))
 
 
 class TurboMixin(TrainerBoundary):
@@ -112,12 +106,13 @@ class TurboMixin(TrainerBoundary):
         load = OtherWork()  # other processes' CPU time from here on: the thread choice's first window
         args, kwargs = as_sft_config(type(self), args, kwargs)  # TRL would rebuild turbo arguments and fail
         super().__init__(*args, **kwargs)
+        self.turbo_facts = self.turbo_trainer_facts()  # once: what this trainer's loss asks of the passes
         requested = TurboOptions.from_args(self.args)
         self.backend = get_backend(requested.backend, requested.backend_options)
         self.backend.check_available(self.args)
         self.turbo_requested = requested
         usable = requested.without(self.backend.turns_off, self.backend.name)
-        refused_here = trainer_refusals(self, usable)  # e.g. label smoothing reads the full logits
+        refused_here = trainer_refusals(self, usable, self.turbo_facts)  # e.g. label smoothing reads the logits
         self.turbo_options = usable.switched_off(refused_here)
         by_backend = {
             name: f"not used with backend {self.backend.name}: {why}" for name, why in self.backend.turns_off.items()
@@ -126,11 +121,9 @@ class TurboMixin(TrainerBoundary):
         self.turbo_optim = resolve_optim_name(self.args.optim, self.args.device, self.turbo_options.fused_optimizer)
         self._turbo_ready = True
         if self.model is not None and self.turbo_report is None:
-            policy = self.model
             self.model = self.model_wrapped = self._prepare_model(self.model)
-            # DPOTrainer's separate reference model: its fused calls answered as the policy's (reference_calls.py)
-            self.turbo_reference = answer_reference_calls(separate_reference_model(self), policy, self.turbo_report)
-            self._turbo_pack_scored_calls(policy)
+            # a TRL trainer's reference model, its fused calls answered as the policy's (label sparsity's pass)
+            self.turbo_reference = getattr(self.turbo_report.label_sparsity, "reference", None)
             release_freed_memory()  # what the self-checks freed goes back to the system before training
         self.turbo_threads = ThreadsCallback(self.args.device.type == "cpu", load)  # chosen before the summary
         hidden = [*self.backend.callbacks(), self.turbo_threads, SummaryCallback(self)]  # out of the public list
@@ -139,21 +132,6 @@ class TurboMixin(TrainerBoundary):
             log_once(bf16_hint(), logging.WARNING)
         self.turbo_bf16_emulation = self._turbo_decide_emulation()
         quiet_cpu_pin_memory()
-
-    def _turbo_pack_scored_calls(self, policy: nn.Module) -> None:
-        """TRL's scored calls (DPO, KTO, GRPO, RLOO: `trl_boundary.packs_scored_calls`) packed inside each call
-        (passes/padding_free/scored_calls.py) where padding-free steps aside for their row-reading loss; the summary
-        then names it instead of the refusal."""
-        if "padding_free" not in self.turbo_refused or not packs_scored_calls(self):
-            return  # packing applies to the batches, or this trainer's calls are not known to be packable
-        if not self.turbo_requested.padding_free or "padding_free" in self.backend.turns_off:
-            return  # off by option, or this backend cannot run packed rows (xla: shapes change every step)
-        if getattr(self.args, "neftune_noise_alpha", None) is not None:  # its noise is drawn per padded position
-            return
-        reference = self.turbo_reference
-        check_reference = reference is not None and not same_model(reference.model, modeling.unwrap(policy))
-        if pack_answered_calls(self.turbo_report, reference, check_reference) is None:
-            del self.turbo_refused["padding_free"]
 
     def _turbo_decide_emulation(self) -> bool:
         """Emulate bf16 matmuls in fp32 GEMMs (bf16_emulation.py)? Only a bf16 CPU run asks; one line logged."""
@@ -210,12 +188,16 @@ class TurboMixin(TrainerBoundary):
         finally:
             self.optimizer_cls_and_kwargs = None
 
+    def turbo_trainer_facts(self) -> TrainerFacts:
+        """What this trainer's loss asks of the passes: a registered integration's answer (a TRL trainer's row),
+        else Trainer's (its loss a sum over tokens where `compute_loss` is Trainer's own)."""
+        found = (facts(self) for facts, _ in _INTEGRATIONS)
+        own = TrainerFacts(sums_tokens=type(self).compute_loss is Trainer.compute_loss)
+        return next((facts for facts in found if facts is not None), own)
+
     def _prepare_model(self, model: nn.Module) -> nn.Module:
         with run_precision(RunPrecision.of_arguments(self.args)):  # self-checks run as the run computes
-            self.turbo_report = optimize(model, options=self.turbo_options, fused_head_calls=fused_call_weighting(self))
-        chunked = getattr(self.turbo_report, "chunked_cross_entropy", None)
-        if chunked is not None:  # GRPO's and RLOO's fused head divides the logits by the sampling temperature
-            chunked.temperature = fused_call_temperature(self)
+            self.turbo_report = optimize(model, options=self.turbo_options, facts=self.turbo_facts)
         return self.backend.wrap_model(model)
 
     def call_model_init(self, trial=None) -> nn.Module:
@@ -333,7 +315,7 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         }
         namespace["__init__"] = _init_like(trainer_class)
         namespace.update({step: _like(trainer_class, step) for step in WRAPPED_STEPS})
-        bases = (TrlTokenCount, TurboMixin) if counts_tokens_from_mask(trainer_class) else (TurboMixin,)
+        bases = (*(mixin for _, mixins in _INTEGRATIONS for mixin in mixins(trainer_class)), TurboMixin)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]
 

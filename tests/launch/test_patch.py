@@ -6,6 +6,7 @@ import importlib
 import pickle
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from transformers import HfArgumentParser, Seq2SeqTrainer, Trainer, TrainingArguments
@@ -112,10 +113,15 @@ def test_kto_names_become_turbotrain_s_with_the_run_defaults_and_come_back(patch
 
 
 def test_a_trl_pair_a_release_lacks_stays_stock_and_the_others_are_replaced(monkeypatch, caplog):
+    from turbotrain.integrations import trl as trl_table
     from turbotrain.launch import patch as launch_patch
 
     monkeypatch.setattr(launch_patch, "is_trl_available", lambda: True)
-    monkeypatch.setattr(launch_patch, "TRL_CLASSES", {"Trainer": "transformers.trainer", "GoneTrainer": "no.such"})
+    rows = [
+        SimpleNamespace(modules={"Trainer": "transformers.trainer"}),
+        SimpleNamespace(modules={"GoneTrainer": "no.such"}),
+    ]
+    monkeypatch.setattr(trl_table, "TRAINERS", rows)
     with caplog.at_level("WARNING", logger="turbotrain"):
         made = launch_patch._trl_classes({})
     assert made == {"Trainer": TurboTrainer} and "TRL's GoneTrainer stay stock: ModuleNotFoundError" in caplog.text
@@ -179,3 +185,18 @@ def test_sft_trainer_given_training_arguments_gets_a_turbo_sft_config(patched, t
     )
     assert isinstance(trainer.args, TurboSFTConfig) and trainer.args.backend == "eager"
     assert (trainer.args.padding_free, trainer.args.turbo_padding_free) == (False, True)
+
+
+@pytest.mark.requires_llm
+@pytest.mark.parametrize("row", ["SFT", "DPO", "KTO", "GRPO", "RLOO"])
+def test_every_row_of_trl_s_table_becomes_turbotrain_s(patched, row):
+    """One per row of integrations/trl/'s table: `turbotrain run` replaces TRL's trainer and config by the ready names."""
+    import trl
+
+    import turbotrain
+    from turbotrain.integrations.trl import TRAINERS
+
+    assert [each.name for each in TRAINERS] == ["SFT", "DPO", "KTO", "GRPO", "RLOO"]
+    trainer, config = getattr(trl, f"{row}Trainer"), getattr(trl, f"{row}Config")
+    assert trainer is getattr(turbotrain, f"Turbo{row}Trainer") and issubclass(trainer, TurboMixin)
+    assert issubclass(config, getattr(turbotrain, f"Turbo{row}Config"))

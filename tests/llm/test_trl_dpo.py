@@ -150,29 +150,17 @@ def test_dpo_with_gradient_checkpointing_packs_its_calls_and_stays_exact(tmp_pat
     assert_losses_close([e["loss"] for e in fast], [e["loss"] for e in stock], rtol=1e-5)
 
 
-@pytest.mark.parametrize(
-    "requested,turned_off,neftune,packs",
-    [(True, {}, None, True), (False, {}, None, False), (True, {"padding_free": "xla"}, None, False),
-     (True, {}, 5.0, False)],
-    ids=["packs", "off-by-option", "off-by-backend", "neftune"],
-)  # fmt: skip
-def test_scored_calls_are_packed_only_where_padding_free_may_run(monkeypatch, requested, turned_off, neftune, packs):
+@pytest.mark.parametrize("neftune", [None, 5.0], ids=["packs", "neftune"])
+def test_scored_calls_are_packed_by_padding_free_s_variant_unless_it_is_refused(neftune):
+    """A trainer whose facts say its scored calls pack (DPO's row) installs padding-free's scored-call variant; off
+    by option or by backend it is not installed at all (the registry's switch), and NEFTune refuses it."""
     from types import SimpleNamespace
 
-    from trl import DPOTrainer
+    from turbotrain.passes.padding_free.scored_calls import pack_answered_calls
+    from turbotrain.passes.registry import TrainerFacts, get_pass, install_of
 
-    from turbotrain import trainer as trainer_module
-
-    installed = []
-    monkeypatch.setattr(trainer_module, "pack_answered_calls", lambda *args: installed.append(args))
-
-    class Stub(DPOTrainer):  # only what the decision reads
-        def __init__(self):
-            self.turbo_refused = {"padding_free": "DPOTrainer computes its own loss, which may read rows"}
-            self.turbo_requested = SimpleNamespace(padding_free=requested)
-            self.backend = SimpleNamespace(turns_off=turned_off)
-            self.args = SimpleNamespace(neftune_noise_alpha=neftune)
-            self.turbo_report, self.turbo_reference = None, None
-
-    trainer_module.TurboMixin._turbo_pack_scored_calls(Stub(), policy=decoder())
-    assert bool(installed) == packs
+    facts = TrainerFacts(sums_tokens=False, fused_call_weighting="per_row", packs_scored_calls=True)
+    spec = get_pass("padding_free")
+    assert install_of(spec, facts) is pack_answered_calls and install_of(spec, TrainerFacts()) is spec.install
+    trainer = SimpleNamespace(args=SimpleNamespace(neftune_noise_alpha=neftune))
+    assert (spec.refused_by_trainer(trainer, facts) is None) == (neftune is None)

@@ -101,12 +101,12 @@ def test_grpo_with_an_entropy_bonus_steps_aside_with_the_stock_numbers_and_says_
 def test_another_trl_release_steps_aside(monkeypatch):
     import trl
 
-    from turbotrain import trl_boundary
+    from turbotrain.integrations.trl import trainer_facts
 
     trainer = type("Run", (trl.GRPOTrainer,), {"__init__": lambda self: None})()
     trainer.args = trl.GRPOConfig(output_dir="unused", use_cpu=True)
-    assert trl_boundary.fused_call_weighting(trainer) == "per_row"
-    assert trl_boundary.fused_call_temperature(trainer) == trainer.args.temperature
+    assert trainer_facts(trainer).fused_call_weighting == "per_row"
+    assert trainer_facts(trainer).fused_call_temperature == trainer.args.temperature
     monkeypatch.setattr(trl, "__version__", "1.17.0")
-    assert trl_boundary.fused_call_weighting(trainer) is None
-    assert "TRL 1.17.0" in trl_boundary.unanswered_token_scores(trainer)
+    assert trainer_facts(trainer).fused_call_weighting is None
+    assert "TRL 1.17.0" in trainer_facts(trainer).refusals["label_sparsity"]

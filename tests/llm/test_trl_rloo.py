@@ -70,13 +70,13 @@ def test_rloo_of_another_trl_release_steps_aside_with_the_stock_numbers_and_says
 def test_rloo_answers_at_its_sampling_temperature_and_refuses_liger():
     import trl
 
-    from turbotrain import trl_boundary
+    from turbotrain.integrations.trl import trainer_facts
 
     trainer = type("Run", (trl.RLOOTrainer,), {"__init__": lambda self: None})()
     trainer.args = trl.RLOOConfig(output_dir="unused", use_cpu=True, temperature=0.5)
-    assert trl_boundary.is_sampling_rl_trainer(trainer) and not trl_boundary.is_grpo_trainer(trainer)
-    assert trl_boundary.fused_call_weighting(trainer) == "per_row"
-    assert trl_boundary.fused_call_temperature(trainer) == 0.5
+    assert trainer_facts(trainer).packs_scored_calls
+    assert trainer_facts(trainer).fused_call_weighting == "per_row"
+    assert trainer_facts(trainer).fused_call_temperature == 0.5
     trainer.args.use_liger_kernel = True
-    assert trl_boundary.fused_call_weighting(trainer) is None
-    assert "Liger" in trl_boundary.unanswered_token_scores(trainer)
+    assert trainer_facts(trainer).fused_call_weighting is None
+    assert "Liger" in trainer_facts(trainer).refusals["label_sparsity"]

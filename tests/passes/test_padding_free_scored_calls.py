@@ -14,17 +14,20 @@ from tests.tiny_models import padded_batch
 from turbotrain import optimize
 from turbotrain.batch_keys import ATTENTION_SEQUENCES
 from turbotrain.passes.padding_free import scored_calls
-from turbotrain.passes.padding_free.scored_calls import layout_of, pack_answered_calls, pack_scored_calls
+from turbotrain.passes.padding_free.scored_calls import layout_of, pack_scored_calls
+from turbotrain.passes.registry import TrainerFacts
 
 pytestmark = pytest.mark.skipif(OLD_RELEASE, reason="no packed attention on this Transformers release")
 LENGTHS = [23, 4, 17, 1, 11, 23]  # uneven, one of a single token; rows outrun the window of 8
 
 
-def _answered(model):
-    """`model` with label sparsity answering per-row fused calls through the chunked head, as for DPOTrainer."""
+def _answered(model, packed: bool = False):
+    """`model` with label sparsity answering per-row fused calls through the chunked head, as for DPOTrainer, and
+    `packed`: padding-free packing them inside each call (its variant for a trainer whose scored calls it packs)."""
+    facts = TrainerFacts(sums_tokens=False, fused_call_weighting="per_row", packs_scored_calls=True)
     return optimize(
-        model, padding_free=False, embedding_grad=False, fused_activation=False, chunked_cross_entropy="always",
-        fused_head_calls="per_row",
+        model, padding_free=packed, embedding_grad=False, fused_activation=False, chunked_cross_entropy="always",
+        facts=facts,
     )  # fmt: skip
 
 
@@ -52,9 +55,9 @@ def assert_gradients_close(expected: dict, got: dict, rtol: float = 1e-5) -> Non
 def _pair(family):
     stock = _model(family, "lm")
     packed = copy.deepcopy(stock)
-    stock_report, report = _answered(stock), _answered(packed)
+    stock_report, report = _answered(stock), _answered(packed, packed=True)
     assert stock_report.label_sparsity.chunked_head.fused_weighting == "per_row"
-    assert pack_answered_calls(report) is None
+    assert report.padding_free is not None
     return stock, packed, report
 
 
@@ -101,8 +104,7 @@ def test_published_qwen2_5_0_5b_heads_with_its_window_set_below_the_rows(monkeyp
     assert stock.config.layer_types == ["sliding_attention"] * 2
     packed = copy.deepcopy(stock)
     _answered(stock)
-    report = _answered(packed)
-    assert pack_answered_calls(report) is None
+    assert _answered(packed, packed=True).padding_free is not None
     batch = padded_batch(LENGTHS, keep=0.6)
     tokens = _packed_calls(monkeypatch)
     (expected, expected_grads), (got, grads) = _scored_call(stock, batch), _scored_call(packed, batch)

@@ -3,8 +3,8 @@
 `install(defaults)` sets, for the rest of the process,
 
     transformers.Trainer / TrainingArguments / Seq2SeqTrainer / Seq2SeqTrainingArguments
-    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / KTOTrainer / KTOConfig / GRPOTrainer / GRPOConfig /
-        RLOOTrainer / RLOOConfig   (when TRL is installed)
+    trl.SFTTrainer / SFTConfig / DPOTrainer / DPOConfig / ...   (when TRL is installed: every row of TRL's
+        table, integrations/trl/)
 
 to `turbo(X)` and `turbo_arguments(X)` (the ready names' classes: `transformers.Trainer is TurboTrainer`),
 in the packages scripts import them from: `transformers` (a `_LazyModule`: an attribute set on it wins
@@ -52,18 +52,6 @@ TRANSFORMERS_CLASSES = {  # name -> the module that defines it (and keeps it)
     "TrainingArguments": "transformers.training_args",
     "Seq2SeqTrainer": "transformers.trainer_seq2seq",
     "Seq2SeqTrainingArguments": "transformers.training_args_seq2seq",
-}
-TRL_CLASSES = {  # the TRL trainers turbotrain is tested with (tests/llm/test_trl*.py)
-    "SFTTrainer": "trl.trainer.sft_trainer",
-    "SFTConfig": "trl.trainer.sft_config",
-    "DPOTrainer": "trl.trainer.dpo_trainer",
-    "DPOConfig": "trl.trainer.dpo_config",
-    "KTOTrainer": "trl.trainer.kto_trainer",
-    "KTOConfig": "trl.trainer.kto_config",
-    "GRPOTrainer": "trl.trainer.grpo_trainer",
-    "GRPOConfig": "trl.trainer.grpo_config",
-    "RLOOTrainer": "trl.trainer.rloo_trainer",
-    "RLOOConfig": "trl.trainer.rloo_config",
 }
 
 
@@ -130,7 +118,7 @@ def _turbo_classes(names: dict[str, str], defaults: dict) -> dict[str, type]:
     from transformers import Trainer
 
     from turbotrain.args import turbo_arguments
-    from turbotrain.trainer import turbo
+    from turbotrain.integrations import turbo
 
     made = {}
     for name, module_name in names.items():
@@ -143,19 +131,18 @@ def _turbo_classes(names: dict[str, str], defaults: dict) -> dict[str, type]:
 
 
 def _trl_classes(defaults: dict) -> dict[str, type]:
-    """The turbo classes of `TRL_CLASSES`, a trainer and its config together: a pair whose module this TRL release
-    lacks stays stock (one warning), the others are made."""
+    """The turbo classes of every row of TRL's table (integrations/trl/), a trainer and its config together: a pair
+    whose module this TRL release lacks stays stock (one warning), the others are made."""
     if not is_trl_available():
         return {}
-    pairs: dict[str, dict[str, str]] = {}
-    for name, module_name in TRL_CLASSES.items():
-        pairs.setdefault(name.removesuffix("Trainer").removesuffix("Config"), {})[name] = module_name
+    from turbotrain.integrations.trl import TRAINERS
+
     made = {}
-    for pair in pairs.values():
+    for row in TRAINERS:
         try:
-            made.update(_turbo_classes(pair, defaults))
+            made.update(_turbo_classes(row.modules, defaults))
         except (ImportError, AttributeError) as error:  # a TRL release that moved or dropped them: they stay stock
-            names = " and ".join(pair)
+            names = " and ".join(row.modules)
             logger.warning("turbotrain run: TRL's %s stay stock: %s: %s", names, type(error).__name__, error)
     return made
 

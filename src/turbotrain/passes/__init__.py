@@ -26,6 +26,7 @@ from turbotrain.passes import (  # noqa: F401  (registration: one line per pass 
 from turbotrain.passes.fused_optimizer import fused_adamw, has_fused_adamw, resolve_optim_name
 from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity, find_head
 from turbotrain.passes.optimize import OptimizeReport, optimize
+from turbotrain.passes.padding_free import scored_calls  # noqa: F401  (registers padding-free's scored-call variant)
 
 __all__ = [
     "LabelSparsity",

@@ -41,12 +41,14 @@ cross-entropy set to "never", MoE router losses (`output_router_logits`), pre-sh
 
 from __future__ import annotations
 
-import torch
+from dataclasses import dataclass
 
-from turbotrain.trl_boundary import FUSED_LM_HEAD, fused_output_class
+import torch
+from transformers.utils import ModelOutput
+
 from turbotrain.utils.warnings import log_once
 
-FLAG = FUSED_LM_HEAD
+FLAG = "fused_lm_head"  # the keyword of TRL's fused calls
 EQUAL = "equal"  # every token's log-probability weighted alike: dW may be summed in the forward
 PER_ROW = "per_row"  # any weight per token: the weight gradient waits for the backward
 WEIGHTINGS = (EQUAL, PER_ROW)
@@ -118,3 +120,23 @@ def fused_output(call, loss: torch.Tensor):
         label_mask=label_mask if pre_shifted else label_mask[:, :-1],
         **fields,
     )
+
+
+def fused_output_class() -> type:
+    """The class of a `fused_lm_head` call's output: TRL's own, or the same fields on a ModelOutput."""
+    try:
+        from trl.trainer.utils import FusedCausalLMOutput
+    except ImportError:  # an older or newer TRL: the same fields on a plain ModelOutput
+        return FusedOutput
+    return FusedCausalLMOutput
+
+
+@dataclass
+class FusedOutput(ModelOutput):
+    loss: torch.Tensor | None = None
+    log_probs: torch.Tensor | None = None
+    entropy: torch.Tensor | None = None
+    mean_logits: torch.Tensor | None = None
+    is_top1: torch.Tensor | None = None
+    label_mask: torch.Tensor | None = None
+    aux_loss: torch.Tensor | None = None

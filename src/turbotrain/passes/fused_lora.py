@@ -50,7 +50,7 @@ import torch
 from torch import nn
 
 from turbotrain.hf_boundary import sharding_engine
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -280,7 +280,7 @@ def apply_fused_lora(model: nn.Module, check: bool = True) -> FusedLora | None:
     return FusedLora(eligible)
 
 
-def trainer_refusal(trainer) -> str | None:
+def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     """Why a sharded run keeps PEFT's forward: the engine gathers a module's parameters for its own call only."""
     engine = sharding_engine(trainer)
     if engine is None or trainer.model is None or not lora_layers(trainer.model):

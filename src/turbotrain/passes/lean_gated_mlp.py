@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from turbotrain.modeling import gated_mlps
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.torch_boundary import (
     module_hooks_apply,
@@ -243,7 +243,7 @@ def apply_lean_gated_mlp(model: nn.Module, check: bool = True) -> LeanGatedMlp |
     return LeanGatedMlp(modules) if modules else None
 
 
-def trainer_refusal(trainer) -> str | None:
+def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     """Why this run keeps the MLPs stock: non-reentrant gradient checkpointing (Transformers' and TRL's default kind)
     packs every saved tensor of a layer itself, so the lean forward would step aside on every call; the summary says
     so instead of listing the pass. Reentrant checkpointing keeps it (the recomputed forward is lean)."""

@@ -70,7 +70,7 @@ class OptimizeReport:
 
 
 def optimize(
-    model: nn.Module, *, self_check: bool = True, fused_head_calls: bool | str = False, options=None, **named
+    model: nn.Module, *, self_check: bool = True, facts: registry.TrainerFacts | None = None, options=None, **named
 ) -> OptimizeReport:
     """Install the model-level passes on `model` (in place) and return what applied.
 
@@ -79,9 +79,9 @@ def optimize(
     over `options` (the effective `TurboOptions`: TurboTrainer hands them here); the others keep their defaults. Padding-free training also needs the batches packed: pass your collator
     through `report.collator(collator)` (TurboTrainer does this for its training dataloader, with where its step
     runs: `report.collator(collator, StepPlace(device, in_trainer_loop))`).
-    `fused_head_calls`: let the chunked head answer TRL's `fused_lm_head` calls, for a caller whose loss
-    weights every token alike (True or "equal": TurboTrainer sets it for `turbo(SFTTrainer)` with
-    `loss_type="nll"`) or each token by its own factor ("per_row": `turbo(DPOTrainer)`; fused_head_calls.py).
+    `facts`: what the caller's loss asks of the passes (`TrainerFacts`: TurboTrainer builds them once, for TRL's
+    trainers from their row in integrations/trl/); e.g. `TrainerFacts(fused_call_weighting="equal")` lets the
+    chunked head answer TRL's `fused_lm_head` calls for a loss that weights every token alike.
     """
     existing = getattr(model, REPORT_ATTRIBUTE, None)
     if existing is not None:
@@ -89,12 +89,12 @@ def optimize(
     values = registry.option_values(named, options)
     report = OptimizeReport(model_name=type(model).__name__, sharded_by=sharded.engine_of(model))
     with sharded.whole_parameters(model) if self_check else contextlib.nullcontext():  # checks on whole weights
-        _install(model, report, values, self_check, fused_head_calls)
+        _install(model, report, values, self_check, facts or registry.TrainerFacts())
     object.__setattr__(model, REPORT_ATTRIBUTE, report)
     return report
 
 
-def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool, fused_head_calls) -> None:
+def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool, facts) -> None:
     for spec in registry.model_passes():
         if (
             getattr(values, spec.name) == spec.off or spec.part_of is not None
@@ -104,7 +104,8 @@ def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool,
         if why is not None:
             _does_not_apply(report, spec.name, why)
             continue
-        installed = spec.install(model, registry.setup_for(spec, values, self_check, fused_head_calls))
+        setup = registry.setup_for(spec, values, self_check, facts, report.installed)
+        installed = registry.install_of(spec, facts)(model, setup)
         if installed is not None:
             report.installed[spec.name] = installed
             report.installed.update(getattr(installed, "parts", {}))  # its parts (PassSpec.part_of), by pass name

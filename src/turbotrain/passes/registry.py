@@ -35,6 +35,7 @@ from types import SimpleNamespace
 from typing import Any
 
 _PASSES: dict[str, PassSpec] = {}
+_VARIANTS: dict[str, tuple] = {}  # pass name -> (applies, install): `register_variant`
 
 
 def option(default: bool | str, help: str, *, choices: tuple[str, ...] = (), off: bool | str = False, numbers=False):
@@ -95,15 +96,35 @@ class StepPlace:
 
 
 @dataclass(frozen=True)
+class TrainerFacts:
+    """What the trainer's own loss asks of the passes, built once by the trainer (from the TRL table,
+    integrations/trl/, for TRL's trainers) and handed to every pass's refusal and install; the defaults are a
+    plain `optimize()` call's. `sums_tokens`: the loss is a sum over tokens (Trainer's own, TRL's SFT), so packing
+    rows changes nothing. `fused_call_weighting`: how the trainer weights the log-probs of TRL's `fused_lm_head`
+    calls, for the chunked head to answer them (None: not answered; "equal", "per_row": passes/fused_head_calls.py),
+    at `fused_call_temperature`. `packs_scored_calls`: those calls' rows are one block of real tokens each, which
+    padding-free may pack inside each call (padding_free/scored_calls.py). `reference_model`: the trainer's own
+    reference model, whose calls label sparsity answers too. `refusals`: pass name -> why this trainer refuses it."""
+
+    sums_tokens: bool = True
+    fused_call_weighting: str | None = None
+    fused_call_temperature: float = 1.0
+    packs_scored_calls: bool = False
+    reference_model: Any = None
+    refusals: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Setup:
     """What a pass's `install` reads: its own options (an instance of its `PassSpec.options_class`), whether to
-    run the self-checks, whether TRL's `fused_lm_head` calls may be answered (passes/fused_head_calls.py), and
-    the options of the passes it builds as its parts (`PassSpec.part_of`) that are on, by pass name."""
+    run the self-checks, the trainer's facts, the options of the passes it builds as its parts (`PassSpec.part_of`)
+    that are on, by pass name, and the passes installed before it on this model, by name."""
 
     options: Any
     check: bool = True
-    fused_head_calls: bool | str = False
+    facts: TrainerFacts = TrainerFacts()
     parts: Mapping[str, Any] = field(default_factory=dict)
+    installed: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _refused(model) -> bool:
@@ -115,8 +136,8 @@ class PassSpec:
     """One pass. `install(model, setup)` returns the installed pass (with `remove()`) or None; None is a
     refusal of the model (said in one warning by the pass, listed in the summary) where `refused_for(model)`,
     else there was nothing to do (no tanh GELU to fuse). `install=None` (and no `part_of`): not a model pass (the fused
-    optimizer, which the trainer applies through the optimizer it creates). `refused_by_trainer(trainer)`:
-    why this trainer's loss cannot use the pass (logged by the pass), or None. `label(installed)`: its
+    optimizer, which the trainer applies through the optimizer it creates). `refused_by_trainer(trainer, facts)`:
+    why this trainer cannot use the pass (logged by the pass), or None. `label(installed)`: its
     name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
     summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
     calls). `options_class`: its options (a `PassOptions` dataclass written in its module, the first field
@@ -135,7 +156,7 @@ class PassSpec:
     options_class: type[PassOptions]
     order: int  # install order, and the order of reports
     install: Callable[[Any, Setup], Any] | None
-    refused_by_trainer: Callable[[Any], str | None] | None = None
+    refused_by_trainer: Callable[[Any, TrainerFacts], str | None] | None = None
     refused_for: Callable[[Any], bool] = _refused
     not_applicable: Callable[[Any], str | None] | None = None  # what the model lacks for it (no token ids)
     label: Callable[[Any], str] | None = None
@@ -195,13 +216,24 @@ def model_passes() -> list[PassSpec]:
     return [spec for spec in passes() if spec.is_model_pass]
 
 
-def setup_for(spec: PassSpec, values: Any, check: bool, fused_head_calls: bool | str) -> Setup:
+def setup_for(spec: PassSpec, values: Any, check: bool, facts: TrainerFacts, installed=None) -> Setup:
     """What `spec`'s install is handed: its own options and, of the passes it builds as parts, the options of
     each one that is on (`values`: the effective options by attribute, TurboOptions or `option_values`)."""
     parts = {
         part.name: part.options_from(values) for part in passes() if part.part_of == spec.name and part.is_on(values)
     }
-    return Setup(spec.options_from(values), check, fused_head_calls, parts)
+    return Setup(spec.options_from(values), check, facts, parts, dict(installed or {}))
+
+
+def register_variant(name: str, applies: Callable[[TrainerFacts], bool], install: Callable[[Any, Setup], Any]) -> None:
+    """Pass `name` installs with `install` instead of its own for the trainers whose facts `applies` to: padding-free
+    inside TRL's scored calls, where the loss reads rows (padding_free/scored_calls.py)."""
+    _VARIANTS[name] = (applies, install)
+
+
+def install_of(spec: PassSpec, facts: TrainerFacts) -> Callable[[Any, Setup], Any]:
+    applies, install = _VARIANTS.get(spec.name, (None, None))
+    return install if applies is not None and applies(facts) else spec.install
 
 
 def pass_names() -> list[str]:
@@ -235,13 +267,16 @@ def option_values(given: Mapping[str, Any], options: Any = None) -> SimpleNamesp
     return SimpleNamespace(**values)
 
 
-def trainer_refusals(trainer, options) -> dict[str, str]:
-    """Pass name -> why `trainer` refuses it, for every pass `options` (effective TurboOptions) still has on."""
+def trainer_refusals(trainer, options, facts: TrainerFacts) -> dict[str, str]:
+    """Pass name -> why `trainer` refuses it, for every pass `options` (effective TurboOptions) still has on: its
+    facts' refusals (a TRL trainer's, from its row), then each pass's own `refused_by_trainer`."""
     refusals = {}
     for spec in passes():
-        if spec.refused_by_trainer is None or not spec.is_on(options):
+        if not spec.is_on(options):
             continue
-        reason = spec.refused_by_trainer(trainer)
+        reason = facts.refusals.get(spec.name)
+        if reason is None and spec.refused_by_trainer is not None:
+            reason = spec.refused_by_trainer(trainer, facts)
         if reason is not None:
             refusals[spec.name] = reason
     return refusals

@@ -37,7 +37,7 @@ from turbotrain.bench.workload import register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES, with_lora
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.preference import build_preference_pairs, length_summary
-from turbotrain.trl_boundary import dpo_classes
+from turbotrain.integrations.trl import classes
 from turbotrain.utils.imports import is_available
 
 DPO_PEERS = ("stock", "turbo")
@@ -107,8 +107,8 @@ class Dpo(TrainerWorkload):
         return DpoData(pairs=pairs, tokenizer=tokenizer)
 
     def trainer(self, peer: str, model, data: DpoData, counter, output_dir: str) -> TrainerPeer:
-        classes = dpo_classes(f"the dpo workload's '{peer}' peer")
-        config_class, trainer_class, options = self.peer_classes(peer, *classes)
+        trl_classes = classes("DPO", f"the dpo workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *trl_classes)
         options = {**TRL_OPTIONS.get(peer, {}), **options}
         args = config_class(
             **self.common_arguments(output_dir),

@@ -47,7 +47,8 @@ from turbotrain.bench.workload import PeerRecord, register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.prompts import build_prompts
-from turbotrain.trl_boundary import grpo_classes, note_grpo_generations
+from turbotrain.integrations.trl import classes
+from turbotrain.trl_boundary import note_grpo_generations
 
 GRPO_PEERS = ("stock", "turbo")
 BETA = 0.04  # the KL coefficient (DeepSeekMath's): > 0, so TRL builds and runs the reference model
@@ -113,8 +114,8 @@ class Grpo(TrainerWorkload):
         return GrpoData(prompts=prompts, tokenizer=tokenizer)
 
     def trainer(self, peer: str, model, data: GrpoData, counter, output_dir: str) -> TrainerPeer:
-        classes = grpo_classes(f"the grpo workload's '{peer}' peer")
-        config_class, trainer_class, options = self.peer_classes(peer, *classes)
+        trl_classes = classes("GRPO", f"the grpo workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *trl_classes)
         args = config_class(
             **self.common_arguments(output_dir),
             **options,

@@ -10,7 +10,7 @@ step scores three batches of rows with the policy (one with gradient) and two wi
 Peers, built as a user writes them, same weights and rows: `stock`: `KTOTrainer` with `KTOConfig` (beta 0.1,
 TRL's `loss_type` "kto", `gradient_checkpointing=False`, fp32 unless `--bf16`); `turbo`: `turbo(KTOTrainer)`
 with `turbo_arguments(KTOConfig)`. What turbotrain changes: TRL's fused-head calls answered by the per-row
-chunked op on the completion rows (passes/fused_head_calls.py, trl_boundary.kto_refusal). Timing, losses and
+chunked op on the completion rows (passes/fused_head_calls.py, integrations/trl/: KTO's row). Timing, losses and
 memory as every Trainer workload's (bench/peers.py).
 """
 
@@ -23,7 +23,7 @@ from datasets import Dataset
 from turbotrain.bench.peers import TrainerPeer
 from turbotrain.bench.workload import register_workload
 from turbotrain.bench.workloads.dpo import Dpo, DpoData
-from turbotrain.trl_boundary import kto_classes
+from turbotrain.integrations.trl import classes
 
 BETA = 0.1
 
@@ -51,8 +51,8 @@ class Kto(Dpo):
         return DpoData(pairs=unpaired(pairs.pairs), tokenizer=pairs.tokenizer)
 
     def trainer(self, peer: str, model, data: DpoData, counter, output_dir: str) -> TrainerPeer:
-        classes = kto_classes(f"the kto workload's '{peer}' peer")
-        config_class, trainer_class, options = self.peer_classes(peer, *classes)
+        trl_classes = classes("KTO", f"the kto workload's '{peer}' peer")
+        config_class, trainer_class, options = self.peer_classes(peer, *trl_classes)
         args = config_class(
             **self.common_arguments(output_dir), **options, beta=BETA, max_length=None, gradient_checkpointing=False
         )

@@ -47,8 +47,8 @@ from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.chat import ROW_KINDS, SftData, build_sft_data
 from turbotrain.data.long_rows import LONGEST, build_long_rows
 from turbotrain.data.variable import length_histogram
+from turbotrain.integrations.trl import classes
 from turbotrain.trainer import turbo
-from turbotrain.trl_boundary import sft_classes
 from turbotrain.utils.imports import require
 
 SFT_PEERS = ("stock", "trl", "trl+turbo", "turbo")
@@ -129,7 +129,7 @@ class Sft(TrainerWorkload):
             return TrainerPeer(self.build_trainer("turbo", model, data, counter, output_dir, options), counter)
         if peer not in ("trl", "trl+turbo"):
             return super().trainer(peer, model, data, counter, output_dir)
-        config_class, trainer_class = sft_classes(f"the sft workload's '{peer}' peer")
+        config_class, trainer_class = classes("SFT", f"the sft workload's '{peer}' peer")
         if peer == "trl+turbo":
             config_class, trainer_class = turbo_arguments(config_class), turbo(trainer_class)
         args = config_class(**self.trl_arguments(output_dir), completion_only_loss=True, max_length=None)

@@ -51,7 +51,7 @@ from turbotrain import modeling
 from turbotrain.hf_boundary import sharding_engine
 from turbotrain.passes import sharded
 from turbotrain.passes.embedding_grad.tied_rows import TiedRows
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
 from turbotrain.utils.warnings import log_once, warn_once
 
 
@@ -236,7 +236,7 @@ def apply_embedding_grad(model: nn.Module, on_accelerators: bool = False) -> Buf
     return installed
 
 
-def trainer_refusal(trainer) -> str | None:
+def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     """Why this trainer's run should keep the stock embedding backward: the buffer pays on the CPU only, and
     sharded parameters (FSDP / ZeRO-3) take no sparse gradient."""
     return refusal(trainer.args.device, sharding_engine(trainer))

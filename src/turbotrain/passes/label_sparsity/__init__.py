@@ -75,9 +75,9 @@ from turbotrain.passes.chunked_ce import ChunkedHead
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.label_sparsity import host_rows
 from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
-from turbotrain.passes.registry import PassOptions, PassSpec, Setup, StepPlace, option, register_pass
+from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
+from turbotrain.passes.registry import PassOptions, PassSpec, Setup, StepPlace, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
-from turbotrain.trl_boundary import unanswered_token_scores
 from turbotrain.utils.warnings import warn_once
 
 
@@ -164,6 +164,7 @@ class LabelSparsity(HookedPass):
         self._forced = False
         self._given: tuple[torch.Tensor, torch.Tensor] | None = None
         self.fused_calls_in_eval = False  # a reference model (in eval mode): its fused calls answered too
+        self.reference: LabelSparsity | None = None  # the trainer's reference model's, answered as this one's
         # packs the fused calls' padded rows into one row inside the call (padding_free/scored_calls.py), or None
         self.call_packer: ScoredCallPacker | None = None
         self._handles = [
@@ -280,6 +281,9 @@ class LabelSparsity(HookedPass):
         if self.call_packer is not None:
             self.call_packer.remove()
             self.call_packer = None
+        if self.reference is not None:  # the trainer's reference model's pass (reference_calls.py)
+            self.reference.remove()
+            self.reference = None
 
 
 @contextlib.contextmanager
@@ -354,8 +358,9 @@ def apply_label_sparsity(
 # --- registration (passes/registry.py) ---------------------------------------------------------------
 
 
-def reads_full_logits(trainer) -> str | None:
-    """Why `trainer`'s loss needs the full logits (label smoothing, a custom `compute_loss_func`), or None."""
+def reads_full_logits(trainer, facts: TrainerFacts) -> str | None:
+    """Why `trainer`'s loss needs the full logits (label smoothing, a custom `compute_loss_func`), or None. (A TRL
+    trainer whose scored calls turbotrain does not answer refuses it by its facts: integrations/trl/.)"""
     if trainer.args.label_smoothing_factor == 0 and getattr(trainer, "compute_loss_func", None) is None:
         return None
     warn_once(
@@ -365,16 +370,17 @@ def reads_full_logits(trainer) -> str | None:
     return "label smoothing or a custom compute_loss_func reads the full logits"
 
 
-def refused_by_trainer(trainer) -> str | None:
-    """Why `trainer` leaves label sparsity nothing to do: its loss reads the full logits, or it is a TRL trainer
-    that scores its tokens itself in calls turbotrain does not answer (`trl_boundary.unanswered_token_scores`)."""
-    return reads_full_logits(trainer) or unanswered_token_scores(trainer)
-
-
 def _install(model: nn.Module, setup: Setup) -> LabelSparsity | None:
+    """Label sparsity with its chunked head when that is on, answering TRL's fused calls as the trainer's facts say
+    (at their temperature), and the trainer's own reference model's calls the same way (reference_calls.py)."""
     chunked = setup.parts.get(chunked_ce.NAME)  # the chunked head's options, handed over when it is on (part_of)
     mode = chunked.chunked_cross_entropy if chunked is not None else "never"
-    return apply_label_sparsity(model, setup.check, mode, fused_head_calls=setup.fused_head_calls)
+    facts = setup.facts
+    installed = apply_label_sparsity(model, setup.check, mode, fused_head_calls=facts.fused_call_weighting or False)
+    if installed is not None and installed.chunked_head is not None:
+        installed.chunked_head.temperature = facts.fused_call_temperature  # GRPO's and RLOO's sampling temperature
+        installed.reference = answer_reference_calls(facts.reference_model, installed, apply_label_sparsity)
+    return installed
 
 
 def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
@@ -397,7 +403,7 @@ register_pass(
         options_class=LabelSparsityOptions,
         order=10,
         install=_install,
-        refused_by_trainer=refused_by_trainer,
+        refused_by_trainer=reads_full_logits,
         refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
         collator=host_rows_step,
         batch_keys=HOST_ROWS_KEYS,

@@ -13,7 +13,7 @@ runs as it is. A LoRA run's reference is the policy with its adapters off: the p
 
 Installed only where the policy's chunked head answers its fused calls (`fused_weighting` set: the trainer's
 weighting is known, chunked cross-entropy is on), and the reference is a plain model (not a DeepSpeed or FSDP
-wrapper: `trl_boundary.separate_reference_model`). Self-check: none where the reference has the policy's
+wrapper: the TRL table's reference model, integrations/trl/). Self-check: none where the reference has the policy's
 class and configuration (the policy's checks ran on the same computation; a check would also page in the
 weights of a reference TRL loaded from a file, which stock reads only at its first step); else the passes'
 own, and a reference that fails them keeps TRL's path (one warning).
@@ -24,9 +24,9 @@ tests/llm/test_trl_dpo.py compares the losses and every metric with stock DPOTra
 
 from __future__ import annotations
 
-from torch import nn
+from typing import Any
 
-from turbotrain.passes.label_sparsity import LabelSparsity, apply_label_sparsity
+from torch import nn
 
 # where the weights came from, and `use_cache` (GRPOTrainer turns it off on the policy only; a KV cache changes no
 # score of a forward over whole rows): settings that leave the head's computation as it is
@@ -44,16 +44,18 @@ def same_model(reference: nn.Module, policy: nn.Module) -> bool:
     return settings(reference) == settings(policy)
 
 
-def answer_reference_calls(reference: nn.Module | None, policy: nn.Module, report) -> LabelSparsity | None:
-    """Label sparsity with the chunked head on `reference`, answering its fused calls (module docstring);
-    None where the policy's calls are not answered (`report`: the policy's OptimizeReport) or no reference."""
-    chunked = getattr(report, "chunked_cross_entropy", None) if report is not None else None
+def answer_reference_calls(reference: nn.Module | None, policy_pass, apply) -> Any:
+    """Label sparsity (built by `apply`: `apply_label_sparsity`) with the chunked head on `reference`, answering its
+    fused calls (module docstring); None where the policy's calls are not answered (`policy_pass`: the policy's
+    LabelSparsity) or no reference."""
+    chunked = policy_pass.chunked_head
     if reference is None or chunked is None or chunked.fused_weighting is None:
         return None
-    policy = policy.get_base_model() if hasattr(policy, "get_base_model") else policy
-    installed = apply_label_sparsity(
+    policy = policy_pass.model.get_base_model() if hasattr(policy_pass.model, "get_base_model") else policy_pass.model
+    same = same_model(reference, policy)
+    installed = apply(
         reference,
-        check=not same_model(reference, policy),
+        check=not same,
         chunked_cross_entropy="always",
         fused_head_calls=chunked.fused_weighting,
     )
@@ -62,6 +64,7 @@ def answer_reference_calls(reference: nn.Module | None, policy: nn.Module, repor
             installed.remove()
         return None
     installed.fused_calls_in_eval = True
+    installed.checked = not same  # the policy's checks stand for a reference of its class and configuration
     installed.chunked_head.fused_stats = False  # TRL reads the reference's log-probs only
     installed.chunked_head.temperature = chunked.temperature  # TRL patches both heads with the same one (GRPO, RLOO)
     return installed

@@ -92,7 +92,7 @@ from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: 
 from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -382,9 +382,10 @@ def _random_draws_refusal(model: nn.Module, probe: bool = True) -> str | None:
 # --- registration (passes/registry.py) ---------------------------------------------------------------
 
 
-def trainer_refusal(trainer) -> str | None:
+def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     """Why `trainer` must keep its batches padded: a Trainer feature that reads the batch's shape or draws random
-    numbers per padded position (NEFTune), or a loss that reads rows (`loss_reads_rows`); None to pack."""
+    numbers per padded position (NEFTune), or a loss that reads rows (not a sum over tokens, e.g. DPO's
+    chosen/rejected rows) and no scored calls to pack instead (`TrainerFacts`); None to pack."""
     alpha = getattr(trainer.args, "neftune_noise_alpha", None)
     if alpha is not None:
         logger.info("turbotrain: padding-free steps aside: NEFTune's noise is drawn for the padded batch")
@@ -392,17 +393,7 @@ def trainer_refusal(trainer) -> str | None:
             f"neftune_noise_alpha={alpha}: NEFTune draws its noise in the padded batch's shape, scaled by "
             "alpha / sqrt(length x width), so packed rows would get other and weaker noise than stock"
         )
-    return loss_reads_rows(trainer)
-
-
-def loss_reads_rows(trainer) -> str | None:
-    """Why packing would change `trainer`'s loss (one that is not a sum over tokens, e.g. DPO's chosen/rejected
-    rows), or None for Trainer's own loss and TRL's SFTTrainer's."""
-    from transformers import Trainer
-
-    from turbotrain.trl_boundary import sums_tokens
-
-    if type(trainer).compute_loss is Trainer.compute_loss or sums_tokens(trainer):
+    if facts.sums_tokens or facts.packs_scored_calls:  # the latter packed inside each call (scored_calls.py)
         return None
     name = type(trainer).__name__
     logger.info(

@@ -48,6 +48,7 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free import packing_spec, refusal_of_model
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, sequence_metadata
+from turbotrain.passes.registry import Setup, register_variant
 from turbotrain.passes.self_check import check_batch, never_raises
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import log_once
@@ -237,22 +238,28 @@ def pack_scored_calls(model: nn.Module, check: bool = True) -> tuple[PackedScore
     return packer, None
 
 
-def pack_answered_calls(report, reference=None, check_reference: bool = True) -> str | None:
-    """Pack the scored calls that label sparsity answers on the policy (`report`: its OptimizeReport) and on the
-    separate reference model's pass (`reference`, label_sparsity/reference_calls.py); None when the policy's are
-    packed (`report.padding_free` is then the packer, for the summary), else why not (logged once)."""
-    sparsity = report.label_sparsity if report is not None else None
+def pack_answered_calls(model: nn.Module, setup: Setup) -> PackedScoredCalls | None:
+    """Padding-free for a trainer whose loss reads rows but whose scored calls may be packed (`TrainerFacts.
+    packs_scored_calls`: TRL's DPO, KTO, GRPO, RLOO): the calls label sparsity answers on `model` (installed before
+    it, `setup.installed`) and on the trainer's reference model (its `reference`) packed inside each call; the
+    packer (the summary names it), or None with why logged once."""
+    sparsity = setup.installed.get("label_sparsity")
     chunked = sparsity.chunked_head if sparsity is not None else None
     if chunked is None or chunked.fused_weighting is None:
-        return "label sparsity does not answer this trainer's scored calls"
-    packer, why = pack_scored_calls(sparsity.model)
+        log_once("turbotrain: padding-free leaves the scored calls padded: label sparsity does not answer them")
+        return None
+    packer, why = pack_scored_calls(sparsity.model, check=setup.check)
     if packer is None:
         log_once(f"turbotrain: padding-free leaves the scored calls padded: {why}")
-        return why
-    sparsity.call_packer = report.installed["padding_free"] = packer
+        return None
+    sparsity.call_packer = packer
+    reference = sparsity.reference
     if reference is not None:
-        reference_packer, why = pack_scored_calls(reference.model, check=check_reference)
+        reference_packer, why = pack_scored_calls(reference.model, check=setup.check and reference.checked)
         if reference_packer is None:
             log_once(f"turbotrain: padding-free leaves the reference model's calls padded: {why}")
         reference.call_packer = reference_packer
-    return None
+    return packer
+
+
+register_variant("padding_free", lambda facts: facts.packs_scored_calls, pack_answered_calls)
