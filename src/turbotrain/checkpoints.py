@@ -32,6 +32,11 @@ and their `trainer_state.json` parses, as stock Trainer assumes; an explicit pat
 (a saved model) resumes its weights, as stock does. One without `optimizer.pt` or `scheduler.pt`
 (`save_only_model`) still resumes, with a warning that the optimizer or schedule starts fresh.
 
+When training begins, if the run will save, `WritableOutput` (a hidden callback) refuses an output folder no
+file can be created in (`check_writable`; stock fails at its first save, `save_steps` steps later); a full disk
+during a save (ENOSPC) is raised as one OSError naming the folder left cut off and what to do
+(`disk_full_named`).
+
 Cost: the commit reads every file once more for its checksum (SHA-256, ~1-2 GB/s on one core), and
 resume reads the chosen checkpoint once. Per-rank RNG files of other data-parallel ranks
 (`rng_state_1.pth`, ...) are not recorded: those ranks may still be writing them at the commit.
@@ -39,11 +44,16 @@ resume reads the chosen checkpoint once. Per-rank RNG files of other data-parall
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import tempfile
 from pathlib import Path
+
+from transformers import TrainerCallback
 
 from turbotrain import checkpoint_weights
 from turbotrain.utils.warnings import warn_once
@@ -152,6 +162,51 @@ def resume_checkpoint(resume_from_checkpoint, output_dir: str | Path):
         return resume_from_checkpoint
     _warn_missing_resume_state(Path(resume_from_checkpoint))
     return str(resume_from_checkpoint)
+
+
+def check_writable(output_dir: str | Path) -> None:
+    """Refuse, before the first step, an existing `output_dir` no file can be created in (stock Trainer finds out
+    at its first save, after `save_steps` steps): the OSError of the failed write, with what to do."""
+    if not os.path.isdir(output_dir):
+        return  # Trainer creates it at the first save
+    try:
+        descriptor, name = tempfile.mkstemp(prefix=".turbotrain-write-check-", dir=output_dir)
+    except OSError as error:
+        raise type(error)(
+            f"turbotrain: output_dir {output_dir} is not writable ({error.strerror or error}): checkpoints would "
+            "fail at the first save; choose a writable output_dir"
+        ) from None
+    os.close(descriptor)
+    os.unlink(name)
+
+
+class WritableOutput(TrainerCallback):
+    """When training begins, before the first step: `check_writable(args.output_dir)` if the run will save a
+    checkpoint (a save strategy, and for "steps" a save step within `max_steps`), so no run that never saves is
+    refused."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
+        steps = state.save_steps or args.save_steps
+        saves = strategy != "no" and (strategy != "steps" or 0 < steps <= max(state.max_steps, 0))
+        if args.should_save and saves:
+            check_writable(args.output_dir)
+
+
+@contextlib.contextmanager
+def disk_full_named(folder: str | Path):
+    """A full disk while saving `folder` (ENOSPC) raised as one OSError that says what is left and what to do."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno != errno.ENOSPC:
+            raise
+        raise OSError(
+            errno.ENOSPC,
+            f"turbotrain: {error.strerror or 'No space left on device'} while saving {folder}; it stays marked as "
+            "cut off, so resume_from_checkpoint=True resumes from the last complete checkpoint; free space (or "
+            "lower save_total_limit) and resume",
+        ) from None
 
 
 def _manifest_problem(folder: Path) -> str | None:

@@ -27,10 +27,11 @@ which forwards them to the public `turbo_*` methods here:
   speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
   (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
 * `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
-* `get_train_dataloader`: the training batches go through the installed passes' collator steps
-  (`OptimizeReport.collator`, one loop over the passes: the padding-free packer; on an accelerator inside
-  Trainer's loop, label sparsity's kept rows chosen on the host, passes/label_sparsity/host_rows.py: no sync
-  in the step);
+* `get_train_dataloader`: the training batches are checked first (batch_checks.py: a row past the position
+  table, ids or labels out of range, NaN, named in one line before any step), then go through the installed
+  passes' collator steps (`OptimizeReport.collator`, one loop over the passes: the padding-free packer; on an
+  accelerator inside Trainer's loop, label sparsity's kept rows chosen on the host,
+  passes/label_sparsity/host_rows.py: no sync in the step);
   evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
 * the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
   the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3), and
@@ -41,7 +42,9 @@ which forwards them to the public `turbo_*` methods here:
 * `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
 * `turbo_checkpoint` / `train(resume_from_checkpoint=...)`: every checkpoint is committed only once
   fully on disk (with its files' sizes and checksums), and resuming skips one a kill cut off mid-write
-  or that was damaged since (checkpoints.py); Trainer's own code writes and loads it.
+  or that was damaged since (checkpoints.py); Trainer's own code writes and loads it. An output_dir no
+  file can be created in is refused when training begins, if the run will save (`WritableOutput`, a hidden
+  callback), and a full disk during a save is named in one line.
 
 What the trainer's loss asks of the passes is one value, `TrainerFacts` (passes/registry.py), built once in
 `__init__` (`turbo_trainer_facts`: a registered integration's row, integrations/trl/ for TRL's trainers, else
@@ -68,7 +71,7 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import bf16_emulation, checkpoints
+from turbotrain import batch_checks, bf16_emulation, checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
 from turbotrain.batch_keys import PADDED_LABELS
@@ -126,7 +129,8 @@ class TurboMixin(TrainerBoundary):
             self.turbo_reference = getattr(self.turbo_report.label_sparsity, "reference", None)
             release_freed_memory()  # what the self-checks freed goes back to the system before training
         self.turbo_threads = ThreadsCallback(self.args.device.type == "cpu", load)  # chosen before the summary
-        hidden = [*self.backend.callbacks(), self.turbo_threads, SummaryCallback(self)]  # out of the public list
+        # out of the public list; the output folder checked first, before the summary line
+        hidden = [checkpoints.WritableOutput(), *self.backend.callbacks(), self.turbo_threads, SummaryCallback(self)]
         self.callback_handler = HiddenCallbacks.around(self.callback_handler, hidden)
         if wants_hint(self.args):
             log_once(bf16_hint(), logging.WARNING)
@@ -215,12 +219,11 @@ class TurboMixin(TrainerBoundary):
         return None if collator is inner else collator
 
     def get_train_dataloader(self):
-        collator = self._turbo_train_collator()
-        if collator is None:
-            return super().get_train_dataloader()
         user_collator = self.data_collator
-        self.data_collator = collator
-        try:
+        own_loss = type(self).compute_loss is Trainer.compute_loss and getattr(self, "compute_loss_func", None) is None
+        try:  # innermost, before the passes' steps: a bad batch named in one line (batch_checks.py)
+            self.data_collator = batch_checks.checked_collator(user_collator, self.model, own_loss)
+            self.data_collator = self._turbo_train_collator() or self.data_collator
             return super().get_train_dataloader()
         finally:
             self.data_collator = user_collator
@@ -251,12 +254,13 @@ class TurboMixin(TrainerBoundary):
     def turbo_checkpoint(self, folder: str, output_dir: str):
         """Around Trainer's save of `folder` (its own rotation deferred by the boundary): begin, then commit once on
         disk, then rotate old checkpoints."""
-        if self.args.should_save:
-            checkpoints.begin(folder)
-        yield
-        if self.args.should_save:
-            checkpoints.commit(folder)
-            rotate_checkpoints(self, output_dir)
+        with checkpoints.disk_full_named(folder):  # a full disk named in one line, the folder left cut off
+            if self.args.should_save:
+                checkpoints.begin(folder)
+            yield
+            if self.args.should_save:
+                checkpoints.commit(folder)
+                rotate_checkpoints(self, output_dir)
 
     def train(self, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None):
         resume_from_checkpoint = checkpoints.resume_checkpoint(resume_from_checkpoint, self.args.output_dir)

@@ -14,8 +14,8 @@ asked about, never raising:
   (`vocab_size`, `pad_token_id`, `num_classes`), `final_logit_softcapping`, `repeated_blocks`.
 * probes.py: what tiny forwards of the base model show (`attends_ahead`, `reads_masked_positions`,
   `draws_at_random`), and `has_causal_attention`, which asks the layers' flags first.
-* lengths.py: positions, windows and RoPE rules (`position_offset`, `max_positions`, `attention_spans`,
-  `layer_types`, `length_dependent_rope`).
+* lengths.py: positions, windows and RoPE rules (`position_offset`, `max_positions`, `position_limit`,
+  `attention_spans`, `layer_types`, `length_dependent_rope`).
 * gated_mlp.py: the gated MLPs (`gated_mlps`: `down_proj(act_fn(gate_proj(x)) * up_proj(x))` by its layout) and
   whether an activation keeps only its input for the backward (`keeps_only_its_input`).
 * synthetic.py: `synthetic_batch` (and `speech_features`) for the self-checks and the exporter.
@@ -31,6 +31,7 @@ from turbotrain.modeling.lengths import (
     layer_types,
     length_dependent_rope,
     max_positions,
+    position_limit,
     position_offset,
 )
 from turbotrain.modeling.parts import (
@@ -109,6 +110,7 @@ __all__ = [
     "output_projection",
     "outputs_differ",
     "pad_token_id",
+    "position_limit",
     "position_offset",
     "prompt_learning",
     "reads_masked_positions",

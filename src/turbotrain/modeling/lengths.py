@@ -4,6 +4,9 @@ packed rows inside what every layer attends and every position table holds.
 
 * `position_offset(model)`: where position ids start (RoBERTa-style embeddings: padding_idx + 1);
   `max_positions(model)`: the longest sequence its position table allows, that offset taken off.
+* `position_limit(model)`: the hard limit, for models with a learned position table (BERT, RoBERTa,
+  DistilBERT, GPT-2, OPT, BART: a longer row indexes past the table and fails), else None (rotary,
+  ALiBi and relative positions: Llama, Qwen2, T5; their config's limit is a training length, not a table).
 * `attention_spans(model)`: the window and chunk sizes its attention layers apply (`SPAN_FIELDS`:
   `sliding_window`: Mistral, Gemma-2/3, Qwen2 with `use_sliding_window`, Phi-3, Cohere2, GPT-OSS;
   ModernBERT's `local_attention`; Llama-4's `attention_chunk_size`), those below its position limit; `[]`
@@ -86,6 +89,31 @@ def layer_types(model: nn.Module) -> list[str]:
     """The config's attention kind of each layer ("full_attention", "sliding_attention", ...), or []."""
     kinds = getattr(_text_config(model), "layer_types", None)
     return [str(kind) for kind in kinds] if isinstance(kinds, (list, tuple)) else []
+
+
+POSITION_TABLE_NAMES = ("position", "wpe")  # BERT's position_embeddings, OPT's embed_positions; GPT-2's wpe
+
+
+def position_limit(model: nn.Module) -> int | None:
+    """The longest sequence the model's learned position table holds (RoBERTa's `max_position_embeddings -
+    padding_idx - 1`, OPT's and BART's `max_position_embeddings`), or None for a model without one.
+
+    The table is an `nn.Embedding` named for positions whose rows (less the `offset` OPT and BART keep before
+    position 0) are the text config's `max_position_embeddings` (GPT-2: `n_positions`); a vision tower's patch
+    positions (a multimodal model's) hold another count and are not taken."""
+    inner = unwrap(model)
+    config = _text_config(model) if hasattr(inner, "config") else None
+    declared = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if not isinstance(declared, int):
+        return None
+    for name, module in inner.named_modules():
+        leaf = name.rpartition(".")[2].lower()
+        if not isinstance(module, nn.Embedding) or not any(part in leaf for part in POSITION_TABLE_NAMES):
+            continue
+        offset = getattr(module, "offset", 0)
+        if module.num_embeddings - (offset if isinstance(offset, int) else 0) == declared:
+            return declared - position_offset(model)
+    return None
 
 
 def max_positions(model: nn.Module) -> int:

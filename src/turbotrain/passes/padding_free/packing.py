@@ -1,6 +1,9 @@
 """Pack a padded batch into rows with no padding between sequences (the batch side of padding-free).
 
-Input: a collated batch whose `attention_mask` [B, L] marks each sequence's tokens, right-padded.
+Input: a collated batch whose `attention_mask` [B, L] marks each sequence's tokens, right-padded. A batch
+with a row of no real token (an empty row, or one of padding only) is returned unchanged: stock trains on it
+(a row of loss 0), and a sequence of length 0 has no place in a packed row (its first token, where a causal
+label is dropped and a classifier pools, would lie past its row).
 A left-padded batch is returned unchanged (one warning): models with absolute positions (BERT, GPT-2)
 number a left-padded sequence from its first pad, so packing it would change the numbers. So is a batch
 whose rotary frequencies packing would change (`rope_rule`): stock computes them from the padded row's
@@ -111,7 +114,7 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
     """The packed form of `batch` (see the module docstring). Padding-free batches come back unchanged.
     `min_capacity`: rows hold at least this many tokens (the self-check packs two long sequences in one)."""
     tokens = batch["attention_mask"].bool()
-    if tokens.all():
+    if tokens.all() or not tokens.any(1).all():  # no padding; or a row of no token (trained padded, as stock does)
         return batch
     if (tokens[:, 1:] & ~tokens[:, :-1]).any():
         warn_once(
