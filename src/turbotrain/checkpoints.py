@@ -182,14 +182,11 @@ def check_writable(output_dir: str | Path) -> None:
 
 class WritableOutput(TrainerCallback):
     """When training begins, before the first step: `check_writable(args.output_dir)` if the run will save a
-    checkpoint (a save strategy, and for "steps" a save step within `max_steps`), so no run that never saves is
-    refused."""
+    checkpoint (any save strategy but "no": Trainer saves a "steps" run at its last step too), so no run that
+    never saves is refused."""
 
     def on_train_begin(self, args, state, control, **kwargs):
-        strategy = str(getattr(args.save_strategy, "value", args.save_strategy))
-        steps = state.save_steps or args.save_steps
-        saves = strategy != "no" and (strategy != "steps" or 0 < steps <= max(state.max_steps, 0))
-        if args.should_save and saves:
+        if args.should_save and str(getattr(args.save_strategy, "value", args.save_strategy)) != "no":
             check_writable(args.output_dir)
 
 
