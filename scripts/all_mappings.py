@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     rows = mapping_classes(args.mappings)
-    from turbotrain.bf16_hint import measured_bf16_speedup
+    from turbotrain.training.bf16_hint import measured_bf16_speedup
 
     measured_bf16_speedup()  # the bf16 hint's matmul timing, once here: every forked child inherits it
     lines = [

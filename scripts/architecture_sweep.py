@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     todo = pairs(args.tasks, args.types)
-    from turbotrain.bf16_hint import measured_bf16_speedup
+    from turbotrain.training.bf16_hint import measured_bf16_speedup
 
     measured_bf16_speedup()  # the bf16 hint's matmul timing, once here: every forked child inherits it
     header = [

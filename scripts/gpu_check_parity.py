@@ -433,7 +433,7 @@ def _compiled_row(backend: str, options: dict, device: torch.device, dtype: torc
         "max grad rel. diff": f"{grad_rel:.2e}",
         "finite": "yes" if finite else "NO",
         "result": "PASS" if ok else "FAIL",
-        "note": f"first step (compile) {first_s:.1f} s; report {turbotrain.compiled_step.backend_of(model).report()}",
+        "note": f"first step (compile) {first_s:.1f} s; report {turbotrain.training.compile_module.backend_of(model).report()}",
     }
 
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pytest
 from transformers import HfArgumentParser, TrainingArguments
 
-from turbotrain import TurboOptions, TurboTrainingArguments, token_budget
+from turbotrain import TurboOptions, TurboTrainingArguments
+from turbotrain.training import token_budget
 
 
 def make_args(tmp_path, **kwargs):
@@ -117,7 +118,7 @@ def test_the_backend_options_help_names_every_backends_every_option():
     import re
     from dataclasses import fields
 
-    from turbotrain.backends.registry import backend_class, backend_names
+    from turbotrain.backends.backend_registry import backend_class, backend_names
 
     text = next(f for f in fields(TurboOptions) if f.name == "backend_options").metadata["help"]
     for name in backend_names():

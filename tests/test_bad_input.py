@@ -14,7 +14,8 @@ from transformers import Trainer, TrainingArguments
 
 from tests.tiny_models import CLASSES, CONFIGS, VOCAB, llm, make
 from tests.trainer_helpers import COMMON, RightPaddingCollator, stock_trainer, train_losses, turbo_trainer
-from turbotrain import TurboTrainer, TurboTrainingArguments, batch_checks, checkpoints, modeling
+from turbotrain import TurboTrainer, TurboTrainingArguments, modeling
+from turbotrain.training import batch_checks, checkpoints
 
 LIMIT = 64
 PAD = {"roberta": 1}  # the families' pad token ids (0 elsewhere)

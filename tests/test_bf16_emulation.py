@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-from turbotrain import bf16_emulation
-from turbotrain.bf16_emulation import Bf16Emulation, Probe, decide, decision_line
+from turbotrain.training import bf16_emulation
+from turbotrain.training.bf16_emulation import Bf16Emulation, Probe, decide, decision_line
 
 BF16 = torch.bfloat16
 

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from tests.test_checkpoints import SAVES, cut, reshard
 from tests.trainer_helpers import turbo_trainer
-from turbotrain import checkpoints
+from turbotrain.training import checkpoints
 
 TENSORS = {"a": torch.arange(64.0), "b": torch.ones(32)}
 

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.trainer_helpers import StepRecorder, stock_trainer, turbo_trainer
-from turbotrain import checkpoints
+from turbotrain.training import checkpoints
 
 
 def fake_checkpoint(folder, complete: bool = True):

@@ -69,6 +69,6 @@ def test_the_bench_help_table_is_the_workloads_flags():
 
 def test_the_run_help_table_is_turbooptions():
     from turbotrain.launch.option_table import OPTIONS
-    from turbotrain.launch.options import option_rows
+    from turbotrain.launch.run_options import option_rows
 
-    assert OPTIONS == option_rows(), "write it again: python -m turbotrain.launch.options, then ruff format"
+    assert OPTIONS == option_rows(), "write it again: python -m turbotrain.launch.run_options, then ruff format"

@@ -13,7 +13,7 @@ import torch
 
 import turbotrain
 from turbotrain.bench.workloads.unet import UNetShape, diffusion_batch, noise_prediction_loss, tiny_unet
-from turbotrain.compiled_step import backend_of
+from turbotrain.training.compile_module import backend_of
 
 pytestmark = pytest.mark.requires_diffusion
 # one cross-attention down block, the mid block, one cross-attention up block: every kind of layer the

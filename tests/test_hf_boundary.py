@@ -13,7 +13,7 @@ import pytest
 import transformers
 from transformers import Trainer
 
-from turbotrain import hf_boundary
+from turbotrain.boundaries import hf_boundary
 
 PACKAGE = Path(hf_boundary.__file__).parent
 BOUNDARY = Path(hf_boundary.__file__)

@@ -9,9 +9,9 @@ from transformers import DefaultFlowCallback, TrainerCallback
 
 from tests.trainer_helpers import stock_trainer, turbo_trainer
 from turbotrain.backends.auto import AutoChooser
-from turbotrain.checkpoints import WritableOutput
-from turbotrain.hidden_callbacks import ThreadsCallback
-from turbotrain.summary import SummaryCallback
+from turbotrain.training.checkpoints import WritableOutput
+from turbotrain.training.hidden_callbacks import ThreadsCallback
+from turbotrain.training.run_summary import SummaryCallback
 
 
 def callback_types(trainer) -> list[type]:

@@ -25,29 +25,13 @@ import turbotrain
 
 PACKAGE_DIR = Path(turbotrain.__file__).parent
 LAYERS = (
-    # the boundaries with other libraries' names, the private batch keys, and the on-device runtime (no torch)
-    ("ground", ("utils", "hf_boundary", "torch_boundary", "jax_boundary", "trl_boundary", "batch_keys", "ondevice")),
+    # the boundaries with other libraries' private names, the utilities (the private batch keys among them), and the
+    # on-device runtime (no torch)
+    ("ground", ("utils", "boundaries", "ondevice")),
     ("modeling", ("modeling", "measure")),
     ("passes", ("passes", "export")),  # the exact rewrites: in PyTorch, and into ONNX training graphs
     ("backends", ("backends",)),
-    (
-        "trainer and args",  # and what only they and those above use
-        (
-            "trainer",
-            "args",
-            "trl_arguments",
-            "summary",
-            "trackers",
-            "bf16_hint",
-            "bf16_emulation",
-            "checkpoints",
-            "checkpoint_weights",
-            "hidden_callbacks",
-            "token_budget",
-            "compiled_step",
-            "batch_checks",
-        ),
-    ),
+    ("trainer and args", ("trainer", "args", "training")),  # training/: what only they and those above use
     ("integrations", ("integrations",)),  # the tables of trainer libraries (TRL's), read by the layers above
     ("launch", ("launch", "__init__")),  # __init__: the lazy front, the integrations' ready names among its
     ("bench and pretrain", ("bench", "pretrain", "data")),

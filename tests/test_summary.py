@@ -7,8 +7,8 @@ import logging
 
 from tests.trainer_helpers import turbo_trainer
 from turbotrain import bf16_hint as hint_module
-from turbotrain.bf16_hint import bf16_hint
-from turbotrain.summary import not_active, summary_line
+from turbotrain.training.bf16_hint import bf16_hint
+from turbotrain.training.run_summary import not_active, summary_line
 
 
 def summary_records(caplog):

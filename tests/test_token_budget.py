@@ -6,8 +6,9 @@ import pytest
 
 from tests.tiny_models import make
 from tests.trainer_helpers import COMMON, RightPaddingCollator, variable_length_dataset
-from turbotrain import TurboTrainer, TurboTrainingArguments, token_budget
-from turbotrain.token_budget import TokenBudgetBatchSampler, plan_batches
+from turbotrain import TurboTrainer, TurboTrainingArguments
+from turbotrain.training import token_budget
+from turbotrain.training.token_budget import TokenBudgetBatchSampler, plan_batches
 
 SUPPORTED = token_budget.BatchRebalanceSampler is not object
 needs_batch_sampler = pytest.mark.skipif(not SUPPORTED, reason="Transformers < 5.17 has no BatchRebalanceSampler")

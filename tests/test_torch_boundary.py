@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from turbotrain import jax_boundary, torch_boundary
 from turbotrain.backends.inductor import EXACT_PATCHES
+from turbotrain.boundaries import jax_boundary, torch_boundary
 
 PACKAGE = Path(torch_boundary.__file__).parent
 BOUNDARIES = {Path(torch_boundary.__file__), Path(jax_boundary.__file__)}

@@ -9,7 +9,7 @@ import types
 from transformers.integrations import MLflowCallback, TensorBoardCallback, WandbCallback
 
 from tests.trainer_helpers import turbo_trainer
-from turbotrain.trackers import report_summary
+from turbotrain.training.trackers import report_summary
 
 
 class FakeWriter:

@@ -13,9 +13,9 @@ from transformers import TrainerCallback
 
 from tests.tiny_models import make
 from tests.trainer_helpers import stock_trainer, train_losses, turbo_trainer
-from turbotrain import bf16_emulation
 from turbotrain.args import TurboOptions
-from turbotrain.summary import emulation_note
+from turbotrain.training import bf16_emulation
+from turbotrain.training.run_summary import emulation_note
 
 STEPS = dict(max_steps=3, bf16=True, use_cpu=True, padding_free=False)
 

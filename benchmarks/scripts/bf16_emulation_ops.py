@@ -18,8 +18,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-from turbotrain.bf16_emulation import Bf16Emulation
 from turbotrain.passes.chunked_ce import linear_cross_entropy
+from turbotrain.training.bf16_emulation import Bf16Emulation
 
 BF16 = torch.bfloat16
 

@@ -29,7 +29,7 @@ from dataclasses import replace
 
 from turbotrain.pretrain.callbacks import HeldOutCurve
 from turbotrain.pretrain.config import PretrainConfig
-from turbotrain.pretrain.probes import choose_probes, fill_mask
+from turbotrain.pretrain.fill_mask_probes import choose_probes, fill_mask
 from turbotrain.pretrain.setup import make_trainer, prepare
 
 BASE = dict(progress=False, plot=False, logging_steps=50, save_steps=10**6, bf16="off")

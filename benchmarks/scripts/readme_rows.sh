@@ -8,15 +8,16 @@ declare -A ROWS=(
   [mlm]="--peers stock turbo"
   [mlm-variable]="--lengths variable --peers stock turbo"
   [cls-variable]="--task cls --lengths variable --peers stock turbo"
-  [sft]="--task sft --lengths variable --vocab-size 151936 --batch-size 8 --seq-len 256 --steps 3 --warmup 1 --rounds 2 --untied --peers stock trl turbo"
-  [sft-lora]="--task sft --lengths variable --vocab-size 151936 --batch-size 8 --seq-len 256 --steps 3 --warmup 1 --rounds 2 --untied --lora --peers stock trl turbo"
+  [sft]="--task sft --vocab-size 151936 --batch-size 8 --seq-len 256 --steps 3 --warmup 1 --rounds 2 --untied --peers stock trl turbo"
+  [sft-lora]="--task sft --vocab-size 151936 --batch-size 8 --seq-len 256 --steps 3 --warmup 1 --rounds 2 --untied --lora --peers stock trl turbo"
   [seq2seq]="--task seq2seq --peers stock turbo"
   [clm-bf16]="--task clm --vocab-size 50257 --bf16 --rounds 2 --steps 3 --peers stock turbo"
   [dpo]="--task dpo --vocab-size 151936 --batch-size 4 --peers stock turbo --rounds 2 --steps 2 --warmup 1"
   [dpo-lora]="--task dpo --vocab-size 151936 --batch-size 4 --lora --peers stock turbo --rounds 2 --steps 2 --warmup 1"
+  [grpo]="--task grpo --vocab-size 151936 --peers stock turbo --rounds 2 --steps 3 --warmup 1"
   [kto]="--task kto --vocab-size 151936 --peers stock turbo --rounds 2 --steps 2 --warmup 1"
 )
-ORDER=(mlm mlm-variable cls-variable sft sft-lora seq2seq clm-bf16 dpo dpo-lora kto)
+ORDER=(mlm mlm-variable cls-variable sft sft-lora seq2seq clm-bf16 dpo dpo-lora kto grpo)
 rows=("$@"); [ ${#rows[@]} -gt 0 ] || rows=("${ORDER[@]}")
 for row in "${rows[@]}"; do
   echo "=== $row: turbotrain bench ${ROWS[$row]}"

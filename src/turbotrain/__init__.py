@@ -30,7 +30,7 @@ _LAZY = {
     "optimize": "turbotrain.passes",
     "export_onnx": "turbotrain.export",
     "export_training_artifacts": "turbotrain.export",
-    "compile": "turbotrain.compiled_step",  # not a module named compile: importing it would shadow the function
+    "compile": "turbotrain.training.compile_module",  # not a module named compile: importing it would shadow the function
 }
 
 # TRL's ready names, one pair per row of integrations/trl/'s table: they need trl (the llm extra), a clear

@@ -28,7 +28,6 @@ import torch
 from transformers import Seq2SeqTrainingArguments, TrainingArguments
 
 from turbotrain.backends import AUTO, backend_class
-from turbotrain.bf16_emulation import Bf16EmulationOptions
 from turbotrain.passes import registry
 from turbotrain.passes.chunked_ce import ChunkedCrossEntropyOptions
 from turbotrain.passes.embedding_grad import EmbeddingGradOptions
@@ -38,7 +37,8 @@ from turbotrain.passes.fused_optimizer import ORT_FUSED_ALIAS, FusedOptimizerOpt
 from turbotrain.passes.label_sparsity import LabelSparsityOptions
 from turbotrain.passes.lean_gated_mlp import LeanGatedMlpOptions
 from turbotrain.passes.padding_free import PaddingFreeOptions
-from turbotrain.token_budget import TokenBudgetOptions
+from turbotrain.training.bf16_emulation import Bf16EmulationOptions
+from turbotrain.training.token_budget import TokenBudgetOptions
 
 logger = logging.getLogger("turbotrain")
 EXAMPLE_JSON = '{"scope": "blocks"}'

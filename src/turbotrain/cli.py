@@ -133,7 +133,7 @@ def _run_bench(ns: argparse.Namespace) -> int:
 
 
 def _run_export(ns: argparse.Namespace) -> int:
-    from turbotrain.export.cli import run_export
+    from turbotrain.export.command import run_export
 
     return run_export(
         ns.model_dir,

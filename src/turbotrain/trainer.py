@@ -14,11 +14,12 @@ which forwards them to the public `turbo_*` methods here:
   model passes (`optimize`) on the model the Trainer trains.
 * `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
   `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
-  otherwise rebuild from `to_dict()` and fail on turbotrain's options (`trl_arguments.py`).
+  otherwise rebuild from `to_dict()` and fail on turbotrain's options (integrations/trl/arguments.py, registered as
+  the TRL integration's `hand_over`).
 * `__init__` also drives the backend's callbacks (`auto` times steps with one) and the summary callback,
   out of the public callback list (hidden_callbacks.py: `callback_handler.callbacks` is stock's):
   when training begins, one WARNING-level line says which backend and passes are active and why any
-  requested pass is not (summary.py; the same line goes to the `report_to` trackers, trackers.py); an
+  requested pass is not (training/run_summary.py; the same line goes to the `report_to` trackers, trackers.py); an
   fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
   notice is silenced (utils/warnings.py). A CPU run's torch threads are chosen as the main job's are (one fewer
   per core other processes keep busy, re-checked during training, put back at the end; the user's
@@ -71,31 +72,35 @@ from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
 
-from turbotrain import batch_checks, bf16_emulation, checkpoints
 from turbotrain.args import TurboOptions, TurboTrainingArguments
 from turbotrain.backends import get_backend
-from turbotrain.batch_keys import PADDED_LABELS
-from turbotrain.bf16_hint import bf16_hint, wants_hint
-from turbotrain.hf_boundary import TrainerBoundary, rotate_checkpoints
-from turbotrain.hidden_callbacks import HiddenCallbacks, ThreadsCallback
+from turbotrain.boundaries.hf_boundary import TrainerBoundary, rotate_checkpoints
 from turbotrain.passes import OptimizeReport, optimize, resolve_optim_name
 from turbotrain.passes.registry import StepPlace, TrainerFacts, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
-from turbotrain.summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
-from turbotrain.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.trl_arguments import as_sft_config
+from turbotrain.training import batch_checks, bf16_emulation, checkpoints
+from turbotrain.training.bf16_hint import bf16_hint, wants_hint
+from turbotrain.training.hidden_callbacks import HiddenCallbacks, ThreadsCallback
+from turbotrain.training.run_summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
+from turbotrain.training.token_budget import TokenBudgetBatchSampler, example_lengths
+from turbotrain.utils.batch_keys import PADDED_LABELS
 from turbotrain.utils.freed_memory import release_freed_memory
 from turbotrain.utils.threads import OtherWork
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 
 logger = logging.getLogger("turbotrain")
 _INTEGRATIONS: list[tuple] = []  # (facts, mixins) of each trainer library's table: `register_integration`
+_HAND_OVERS: list = []  # each integration's `hand_over(trainer_class, args, kwargs)`, asked before Trainer's __init__
 
 
-def register_integration(facts, mixins) -> None:
+def register_integration(facts, mixins, hand_over=None) -> None:
     """A trainer library's table (integrations/trl/): `facts(trainer)`, the `TrainerFacts` of a trainer it knows
-    (else None), and `mixins(trainer_class)`, the classes `turbo()` puts before TurboMixin for it."""
+    (else None), `mixins(trainer_class)`, the classes `turbo()` puts before TurboMixin for it, and `hand_over`, the
+    constructor's arguments as that library's trainer must be given them (TRL's SFTTrainer: turbo arguments as a
+    `TurboSFTConfig`, integrations/trl/arguments.py)."""
     _INTEGRATIONS.append((facts, mixins))
+    if hand_over is not None:
+        _HAND_OVERS.append(hand_over)
 
 
 class TurboMixin(TrainerBoundary):
@@ -107,7 +112,8 @@ class TurboMixin(TrainerBoundary):
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False
         load = OtherWork()  # other processes' CPU time from here on: the thread choice's first window
-        args, kwargs = as_sft_config(type(self), args, kwargs)  # TRL would rebuild turbo arguments and fail
+        for hand_over in _HAND_OVERS:  # TRL's SFTTrainer would rebuild turbo arguments and fail
+            args, kwargs = hand_over(type(self), args, kwargs)
         super().__init__(*args, **kwargs)
         self.turbo_facts = self.turbo_trainer_facts()  # once: what this trainer's loss asks of the passes
         requested = TurboOptions.from_args(self.args)
@@ -161,7 +167,7 @@ class TurboMixin(TrainerBoundary):
             return super().prediction_step(*args, **kwargs)
 
     def turbo_summary(self) -> str:
-        """The run's one-line summary (summary.py): backend, active passes, optimizer, what is not active and why."""
+        """The run's one-line summary (training/run_summary.py): backend, active passes, optimizer, what is not active and why."""
         applied = self.turbo_report.applied if self.turbo_report is not None else []
         skipped = self.turbo_report.skipped if self.turbo_report is not None else []
         lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}

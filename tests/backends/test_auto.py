@@ -160,7 +160,7 @@ def test_compile_with_auto_says_it_cannot_measure(caplog):
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         compiled = turbotrain.compile(module, backend="auto")
     assert compiled is module and module._compiled_call_impl is None
-    assert "no steps to measure" in turbotrain.compiled_step.backend_of(module).summary()
+    assert "no steps to measure" in turbotrain.training.compile_module.backend_of(module).summary()
     assert "runs eager" in caplog.text
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from turbotrain.backends import Backend, backend_names, get_backend, register_backend, registry
+from turbotrain.backends import Backend, backend_names, get_backend, register_backend
+from turbotrain.backends import backend_registry as registry
 
 
 def test_builtin_backends_are_registered():

@@ -13,7 +13,7 @@ from tests import tiny_models
 from tests.requires import lazy_module
 from turbotrain.export import VerificationError, export_onnx
 from turbotrain.export.onnx_graph import failed_op
-from turbotrain.export.tasks import sample_inputs
+from turbotrain.export.task_outputs import sample_inputs
 from turbotrain.export.verify import verify_onnx
 
 ort = lazy_module("onnxruntime")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turbotrain.launch.options import OptionError, option_names, run_options, split_command_line
+from turbotrain.launch.run_options import OptionError, option_names, run_options, split_command_line
 
 
 def test_flags_before_the_script_are_turbotrain_s_and_the_rest_is_the_script_s():

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from turbotrain.bf16_emulation import Bf16Emulation
 from turbotrain.passes.chunked_ce import linear_cross_entropy
+from turbotrain.training.bf16_emulation import Bf16Emulation
 
 
 def head_loss(chunked: bool, emulate: bool, rows=37, vocab=1000, hidden=24, bias=True, seed=0):

@@ -15,11 +15,11 @@ from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import CAUSAL, FAMILIES, batch, make, padded_batch
 from turbotrain import optimize
 from turbotrain.backends.base import Backend
-from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 from turbotrain.passes import label_sparsity
 from turbotrain.passes.label_sparsity import host_rows, labelled_rows
 from turbotrain.passes.registry import StepPlace
 from turbotrain.trainer import TurboMixin
+from turbotrain.utils.batch_keys import HOST_ROWS_KEYS, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 
 
 def with_host_rows(family: str, inputs: dict) -> dict:

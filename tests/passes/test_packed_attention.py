@@ -14,7 +14,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import make, padded_batch
-from turbotrain import hf_boundary, optimize
+from turbotrain import optimize
+from turbotrain.boundaries import hf_boundary
 from turbotrain.passes.padding_free.packed_attention import PREFIX
 from turbotrain.passes.padding_free.packed_sequences import PACKED_SEQUENCES, sequence_metadata
 

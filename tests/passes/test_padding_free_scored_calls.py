@@ -12,10 +12,10 @@ import torch
 from tests.passes.test_packed_attention import OLD_RELEASE, WINDOW, _model
 from tests.tiny_models import padded_batch
 from turbotrain import optimize
-from turbotrain.batch_keys import ATTENTION_SEQUENCES
 from turbotrain.passes.padding_free import scored_calls
 from turbotrain.passes.padding_free.scored_calls import layout_of, pack_scored_calls
 from turbotrain.passes.registry import TrainerFacts
+from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES
 
 pytestmark = pytest.mark.skipif(OLD_RELEASE, reason="no packed attention on this Transformers release")
 LENGTHS = [23, 4, 17, 1, 11, 23]  # uneven, one of a single token; rows outrun the window of 8

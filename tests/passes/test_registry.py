@@ -16,9 +16,10 @@ import pytest
 
 import turbotrain
 from tests.tiny_models import llm
-from turbotrain import batch_keys, optimize
-from turbotrain.batch_keys import SEQUENCE_STARTS
+from turbotrain import optimize
 from turbotrain.passes import registry
+from turbotrain.utils import batch_keys
+from turbotrain.utils.batch_keys import SEQUENCE_STARTS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +86,7 @@ register_pass(
 from tests.tiny_models import make, padded_batch
 from tests.trainer_helpers import turbo_trainer
 from turbotrain import optimize
-from turbotrain.batch_keys import HOST_ROWS_KEYS, LABEL_ROWS, PACKING_KEYS, SEQUENCE_STARTS
+from turbotrain.utils.batch_keys import HOST_ROWS_KEYS, LABEL_ROWS, PACKING_KEYS, SEQUENCE_STARTS
 from turbotrain.passes.registry import StepPlace
 
 PRIVATE_KEYS = {*HOST_ROWS_KEYS, *PACKING_KEYS}

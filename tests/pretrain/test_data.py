@@ -8,8 +8,8 @@ import torch
 from turbotrain.data.corpus import Corpus
 from turbotrain.data.tokenizer import train_tokenizer
 from turbotrain.pretrain.data import build_pretrain_data, unigram_accuracy
+from turbotrain.pretrain.fill_mask_probes import choose_probes, first_sentence, make_probe
 from turbotrain.pretrain.metrics import evaluate_masked
-from turbotrain.pretrain.probes import choose_probes, first_sentence, make_probe
 
 SENTENCES = [
     "Return the number of items in the list.",

@@ -7,12 +7,12 @@ import pytest
 from rich.console import Console
 
 import turbotrain.pretrain
-from turbotrain.bf16_hint import bf16_autocast_pays
 from turbotrain.cli import main
 from turbotrain.pretrain import PretrainConfig, run_pretrain
 from turbotrain.pretrain import precision as precision_module
 from turbotrain.pretrain.precision import resolve_precision
 from turbotrain.pretrain.setup import training_arguments
+from turbotrain.training.bf16_hint import bf16_autocast_pays
 
 from .test_job import TINY
 

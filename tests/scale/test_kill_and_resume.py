@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.scale.resume_worker import SAVE_EVERY, STEPS
-from turbotrain import checkpoints
+from turbotrain.training import checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -41,10 +41,10 @@ import torch
 from torch import nn
 from transformers import TrainerCallback, TrainingArguments
 
+from turbotrain.backends.backend_registry import register_backend
 from turbotrain.backends.base import Backend, BackendOptions, BackendUnavailable
 from turbotrain.backends.inductor import SCOPES, InductorBackend, InductorOptions
-from turbotrain.backends.registry import register_backend
-from turbotrain.hf_boundary import attention_implementation
+from turbotrain.boundaries.hf_boundary import attention_implementation
 from turbotrain.modeling import unwrap
 from turbotrain.passes.optimize import REPORT_ATTRIBUTE
 from turbotrain.utils.cache import digest, read_entry, write_entry
@@ -120,7 +120,7 @@ def length_bucket(dataloader) -> str:
 
 def compiles_so_far() -> int:
     """Graphs Dynamo and AOTAutograd compiled in this process so far (a step that raises it compiled)."""
-    from turbotrain.torch_boundary import compiled_graph_count
+    from turbotrain.boundaries.torch_boundary import compiled_graph_count
 
     return compiled_graph_count()
 

@@ -1,7 +1,7 @@
 """eager: PyTorch runs the step op by op, as stock Trainer does. The reference every backend is tested against."""
 
+from turbotrain.backends.backend_registry import register_backend
 from turbotrain.backends.base import Backend
-from turbotrain.backends.registry import register_backend
 
 
 @register_backend

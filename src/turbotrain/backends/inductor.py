@@ -38,9 +38,9 @@ import torch
 from torch import nn
 from transformers import TrainingArguments
 
-from turbotrain import torch_boundary
+from turbotrain.backends.backend_registry import register_backend
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
-from turbotrain.backends.registry import register_backend
+from turbotrain.boundaries import torch_boundary
 from turbotrain.modeling import repeated_blocks
 from turbotrain.utils.warnings import warn_once
 

@@ -32,8 +32,8 @@ from torch import nn
 from transformers import TrainingArguments
 
 from turbotrain.backends import ort_binding
+from turbotrain.backends.backend_registry import register_backend
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
-from turbotrain.backends.registry import register_backend
 from turbotrain.utils.cache import cache_root
 from turbotrain.utils.imports import is_available
 
@@ -96,8 +96,8 @@ def ort_compiler(config):
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from turbotrain.backends.ort_graph import OrtGraph
+    from turbotrain.boundaries.torch_boundary import aot_autograd
     from turbotrain.export.conv_backward import training_decompositions
-    from turbotrain.torch_boundary import aot_autograd
 
     decompositions = training_decompositions()  # core ATen; convolution backward: conv_backward.py
     decompositions.pop(torch.ops.aten.native_dropout.default, None)  # drawn by torch, see ort_graph.py

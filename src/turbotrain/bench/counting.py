@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.batch_keys import IGNORE_INDEX
+from turbotrain.utils.batch_keys import IGNORE_INDEX
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,7 @@ def _weight_grad(grad_output, input, kernel, stride, padding, dilation, groups):
 
 def training_decompositions() -> dict:
     """Core ATen decompositions plus the ones above: the table every traced training graph is built with."""
-    from turbotrain.torch_boundary import core_aten_decompositions
+    from turbotrain.boundaries.torch_boundary import core_aten_decompositions
 
     table = core_aten_decompositions()
     table[aten.convolution_backward.default] = convolution_backward

@@ -23,7 +23,7 @@ import torch
 
 from turbotrain.export.onnx_graph import export_module, save_onnx
 from turbotrain.export.staging import check_target, staged
-from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, LogitsModule, exported_task, sample_inputs
+from turbotrain.export.task_outputs import DYNAMIC_AXES, INPUT_NAMES, LogitsModule, exported_task, sample_inputs
 from turbotrain.export.verify import Verification, VerificationError, verify_onnx
 from turbotrain.modeling import max_positions
 from turbotrain.utils.imports import require

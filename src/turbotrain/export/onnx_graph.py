@@ -132,8 +132,8 @@ def trace_aten(fn: Callable, inputs: Sequence[torch.Tensor]) -> torch.fx.GraphMo
     from torch.fx.experimental.proxy_tensor import make_fx
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    from turbotrain.boundaries.torch_boundary import no_duck_shapes
     from turbotrain.export.conv_backward import training_decompositions
-    from turbotrain.torch_boundary import no_duck_shapes
 
     # No duck shapes: a batch of 2 must not become the same symbol as a 2-label head's weight rows.
     with sdpa_kernel(SDPBackend.MATH), no_duck_shapes(), warnings.catch_warnings():

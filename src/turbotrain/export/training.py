@@ -23,7 +23,7 @@ from torch.func import functional_call
 from turbotrain.export.adamw_graph import AdamWStep, optimizer_io_names
 from turbotrain.export.graph_rewrites import scatter_add_for_index_put
 from turbotrain.export.onnx_graph import ExportError, GraphModule, export_module, save_onnx, trace_aten
-from turbotrain.export.tasks import DYNAMIC_AXES, INPUT_NAMES, exported_task, model_kwargs, sample_inputs
+from turbotrain.export.task_outputs import DYNAMIC_AXES, INPUT_NAMES, exported_task, model_kwargs, sample_inputs
 from turbotrain.modeling import SEQUENCE_CLASSIFICATION, max_positions, num_classes, vocab_size
 from turbotrain.ondevice import manifest as layout
 from turbotrain.ondevice.checkpoint import Checkpoint
@@ -133,7 +133,7 @@ def _export_graph(fn, steps: _StepFunctions, params, batch, output_names, path: 
 
 def _weight_decay(model: torch.nn.Module, trainable: list[str], weight_decay: float) -> dict[str, float]:
     """Trainer's rule: no decay for biases and normalization weights."""
-    from turbotrain.hf_boundary import decay_parameter_names
+    from turbotrain.boundaries.hf_boundary import decay_parameter_names
 
     decayed = set(decay_parameter_names(model))
     return {n: (weight_decay if n in decayed else 0.0) for n in trainable}

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from turbotrain.export.tasks import INPUT_NAMES, LogitsModule, exported_task, sample_inputs
+from turbotrain.export.task_outputs import INPUT_NAMES, LogitsModule, exported_task, sample_inputs
 from turbotrain.modeling import max_positions
 
 # Odd on purpose: 1 x 1, a prime length, and a longer padded batch (capped at the model's positions).

@@ -11,8 +11,8 @@ own Trainer tests so, beside a stock run).
 
 from __future__ import annotations
 
-from turbotrain.launch.options import checked, from_environment
 from turbotrain.launch.patch import install
+from turbotrain.launch.run_options import checked, from_environment
 from turbotrain.utils.warnings import quiet_cpu_pin_memory
 
 quiet_cpu_pin_memory()

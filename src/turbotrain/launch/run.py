@@ -6,7 +6,7 @@ is the script's absolute path, with `sys.argv == ["script.py", *args]` (the path
 script's folder first on `sys.path` (its sibling modules import), in this process, so `torchrun -m turbotrain` and `accelerate launch -m turbotrain` launch it as
 they launch any script. Before it starts, `patch.install` swaps the class names (patch.py) and the
 options are checked (options.py). What the user sees, on the first process only: each Trainer's one
-summary line when training begins (summary.py), and a last line naming what the script made:
+summary line when training begins (training/run_summary.py), and a last line naming what the script made:
 
     turbotrain run: train.py made 1 Trainer: TurboTrainer (backend eager; passes: label_sparsity, ...)
     turbotrain run: train.py made no Trainer: nothing was accelerated
@@ -95,7 +95,7 @@ def run_script(script: str, args: list[str], options: dict) -> int:
         )
         return NOT_FOUND_EXIT
     from turbotrain.launch.patch import install
-    from turbotrain.summary import MADE
+    from turbotrain.training.run_summary import MADE
     from turbotrain.utils.warnings import quiet_cpu_pin_memory
 
     quiet_cpu_pin_memory()
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage(), file=sys.stdout if argv else sys.stderr)
         return 0 if argv else NOT_FOUND_EXIT
-    from turbotrain.launch.options import OptionError, run_options
+    from turbotrain.launch.run_options import OptionError, run_options
 
     try:
         options, command = run_options(argv)

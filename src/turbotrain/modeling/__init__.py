@@ -23,7 +23,6 @@ asked about, never raising:
 Import order inside the package: tasks <- parts <- probes; tasks <- lengths; tasks, parts <- synthetic.
 """
 
-from turbotrain.batch_keys import IGNORE_INDEX  # the label Transformers' losses skip (named here for every pass)
 from turbotrain.modeling.gated_mlp import gated_mlps, keeps_only_its_input
 from turbotrain.modeling.lengths import (
     SPAN_FIELDS,
@@ -74,6 +73,7 @@ from turbotrain.modeling.tasks import (
     task_of,
     unwrap,
 )
+from turbotrain.utils.batch_keys import IGNORE_INDEX  # the label Transformers' losses skip (named here for every pass)
 
 __all__ = [
     "CAUSAL_LM",

@@ -21,9 +21,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from turbotrain.boundaries.torch_boundary import TorchDispatchMode, op_arguments
 from turbotrain.modeling.parts import module_or_none, vocab_size
 from turbotrain.modeling.tasks import is_causal_lm, unwrap
-from turbotrain.torch_boundary import TorchDispatchMode, op_arguments
 from turbotrain.utils.mode import training_mode
 
 

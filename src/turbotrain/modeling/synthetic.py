@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from turbotrain.batch_keys import IGNORE_INDEX
 from turbotrain.modeling.parts import num_classes, pad_token_id, vocab_size
 from turbotrain.modeling.tasks import SEQUENCE_CLASSIFICATION, TOKEN_CLASSIFICATION, task_of, unwrap
+from turbotrain.utils.batch_keys import IGNORE_INDEX
 
 
 def synthetic_batch(

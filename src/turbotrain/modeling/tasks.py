@@ -32,7 +32,7 @@ import torch
 from torch import nn
 from transformers.models.auto import modeling_auto
 
-from turbotrain import hf_boundary
+from turbotrain.boundaries import hf_boundary
 
 MASKED_LM = "masked-lm"
 CAUSAL_LM = "causal-lm"

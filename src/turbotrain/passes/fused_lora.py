@@ -49,7 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from turbotrain.hf_boundary import sharding_engine
+from turbotrain.boundaries.hf_boundary import sharding_engine
 from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import log_once, warn_once

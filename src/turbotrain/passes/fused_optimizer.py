@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import torch
 from transformers.training_args import OptimizerNames
 
+from turbotrain.boundaries.torch_boundary import fused_optimizer_devices
 from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
-from turbotrain.torch_boundary import fused_optimizer_devices
 
 ORT_FUSED_ALIAS = "adamw_ort_fused"
 FUSABLE = {OptimizerNames.ADAMW_TORCH.value, OptimizerNames.ADAMW_TORCH_FUSED.value}

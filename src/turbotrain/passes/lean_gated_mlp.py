@@ -48,15 +48,15 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from turbotrain.modeling import gated_mlps
-from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
-from turbotrain.passes.self_check import never_raises
-from turbotrain.torch_boundary import (
+from turbotrain.boundaries.torch_boundary import (
     module_hooks_apply,
     saved_tensors_hooks_active,
     saved_tensors_hooks_refused,
     tensor_version,
 )
+from turbotrain.modeling import gated_mlps
+from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
 

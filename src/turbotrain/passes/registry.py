@@ -11,7 +11,7 @@ model refuses it, and how the run's summary names it. Everything that names pass
   `HfArgumentParser` script get its fields too (tests/test_args.py checks every registered pass is there);
 * the trainer asks every pass still on whether this trainer refuses it (`refused_by_trainer`, e.g. label
   smoothing reads the full logits), once, and switches it off in the effective options;
-* the run's summary (summary.py) names each installed pass by its `label`, and each requested one that is
+* the run's summary (training/run_summary.py) names each installed pass by its `label`, and each requested one that is
   not active with why;
 * the benchmark's `turbo_off` ablations and the CLI's `--turbo-off` take every pass name;
 * the training collator (`OptimizeReport.collator`, which TurboTrainer's training dataloader uses) is the

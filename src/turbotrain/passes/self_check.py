@@ -165,7 +165,7 @@ def _loss_and_bad_gradients(call: Callable, trainable: list, precision: RunPreci
     if not grads:
         return loss.detach(), set()
     # a tensor's fp32 norm is NaN or inf iff it holds a NaN or an inf (or values past ~1e19): one fused pass, one read
-    from turbotrain.torch_boundary import norms_fp32
+    from turbotrain.boundaries.torch_boundary import norms_fp32
 
     norms = norms_fp32([g for _, g in grads])
     finite = torch.isfinite(torch.stack([n.to(norms[0].device) for n in norms])).tolist()

@@ -24,7 +24,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from turbotrain.checkpoints import last_complete_checkpoint
 from turbotrain.pretrain.callbacks import (
     Curves,
     HeldOutCurve,
@@ -35,14 +34,15 @@ from turbotrain.pretrain.callbacks import (
 )
 from turbotrain.pretrain.compare import TimeToQuality, time_to_quality
 from turbotrain.pretrain.config import PretrainConfig
+from turbotrain.pretrain.fill_mask_probes import Guess, choose_probes, fill_mask
 from turbotrain.pretrain.guard import PRETRAIN_RUN, OutputDirLock
 from turbotrain.pretrain.metrics import HeldOut
-from turbotrain.pretrain.probes import Guess, choose_probes, fill_mask
 from turbotrain.pretrain.progress import JobProgress
 from turbotrain.pretrain.quiet import quiet_libraries, quiet_tied_missing_keys
 from turbotrain.pretrain.setup import Prepared, make_trainer, prepare
 from turbotrain.pretrain.sizing import size_run
 from turbotrain.pretrain.summary import print_data, print_summary, resume_line
+from turbotrain.training.checkpoints import last_complete_checkpoint
 from turbotrain.utils.plotting import is_matplotlib_available
 from turbotrain.utils.threads import set_threads
 
@@ -235,7 +235,7 @@ def _mfu_line(trainer, prepared: Prepared, result: PretrainResult) -> str:
 
 def export_for_deployment(console: Console, model_dir: Path) -> Path:
     """`--export-onnx`: the saved model and tokenizer -> verified ONNX in `<output_dir>/onnx`."""
-    from turbotrain.export.cli import run_export
+    from turbotrain.export.command import run_export
 
     onnx_dir = model_dir / "onnx"  # this run's own: an earlier export there (--overwrite, --resume) is replaced
     if run_export(str(model_dir), str(onnx_dir), console=console, overwrite=True) != 0:

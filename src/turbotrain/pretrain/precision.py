@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.bf16_hint import bf16_autocast_pays
+from turbotrain.training.bf16_hint import bf16_autocast_pays
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.trainer_helpers import RightPaddingCollator, variable_length_dataset
-from turbotrain import hf_boundary
+from turbotrain.boundaries import hf_boundary
 
 pytestmark = pytest.mark.requires_xla
 

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from transformers import TrainingArguments
 
+from turbotrain.backends.backend_registry import register_backend
 from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendUnavailable
-from turbotrain.backends.registry import register_backend
 from turbotrain.backends.xla.options import XlaOptions
-from turbotrain.hf_boundary import missing_loop_parts
+from turbotrain.boundaries.hf_boundary import missing_loop_parts
 from turbotrain.utils.imports import is_available
 
 PACKAGES = ("jax", "torchax", "optax")

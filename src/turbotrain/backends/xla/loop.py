@@ -5,7 +5,7 @@ Trainer's inner training loop and reuses the rest of Trainer: the dataloader (`g
 sampler, collator), the step and epoch arithmetic (`set_initial_training_values`), the state and resume
 (torch optimizer + Trainer's LR scheduler, loaded from a checkpoint on resume), the batch counting
 (`get_batch_samples` -> `num_items_in_batch`), callbacks, logging, evaluation and checkpointing, and the
-end of training. Trainer's private parts are reached through `turbotrain.hf_boundary` only.
+end of training. Trainer's private parts are reached through `turbotrain.boundaries.hf_boundary` only.
 
 What differs from Trainer's loop:
 * batch size: `per_device_train_batch_size` is per jax device, so one batch is that times the mesh's
@@ -37,7 +37,6 @@ from transformers import Trainer
 from transformers.trainer_pt_utils import get_model_param_count
 from transformers.trainer_utils import TrainOutput
 
-from turbotrain import hf_boundary
 from turbotrain.backends.xla.batches import BatchLayout, needed_shape, step_arrays
 from turbotrain.backends.xla.host_data import host_dataloader
 from turbotrain.backends.xla.hosts import claim_process_index, connect
@@ -48,6 +47,7 @@ from turbotrain.backends.xla.sharding import bytes_per_device, place, state_shar
 from turbotrain.backends.xla.state import TrainState, split_parameters, torch_moments, write_back
 from turbotrain.backends.xla.step import CompiledStep
 from turbotrain.backends.xla.watchdog import is_lost_peer, stop_process, watch_hosts
+from turbotrain.boundaries import hf_boundary
 
 logger = logging.getLogger("turbotrain")
 ADAMW_OPTIMS = ("adamw_torch", "adamw_torch_fused")

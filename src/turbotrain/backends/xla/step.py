@@ -37,7 +37,7 @@ from turbotrain.backends.xla.mesh import replicated, split_batch
 from turbotrain.backends.xla.optimizer import clip_like_torch, with_learning_rate
 from turbotrain.backends.xla.state import TrainState
 from turbotrain.backends.xla.torchax_compat import import_torchax
-from turbotrain.jax_boundary import jit_cache_size
+from turbotrain.boundaries.jax_boundary import jit_cache_size
 
 
 class CompiledStep:

@@ -38,7 +38,7 @@ import sys
 
 import torch
 
-from turbotrain.torch_boundary import OpOverloadPacket, tree_leaves, tree_map_only
+from turbotrain.boundaries.torch_boundary import OpOverloadPacket, tree_leaves, tree_map_only
 
 # torchax imports its op tables when its first Environment is made; the shim imports them up front
 TORCHAX_MODULES = (

@@ -40,7 +40,7 @@ _runs = iter(range(1 << 30))  # every host trains its runs in the same order: th
 
 def coordination_client():
     """jax's coordination-service client of this process, or None where jax does not expose it."""
-    from turbotrain.jax_boundary import coordination_client as client
+    from turbotrain.boundaries.jax_boundary import coordination_client as client
 
     return client()
 

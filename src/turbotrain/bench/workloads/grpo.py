@@ -45,10 +45,10 @@ from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import PeerRecord, register_workload
 from turbotrain.bench.workloads.sft import OVERRIDES
+from turbotrain.boundaries.trl_boundary import note_grpo_generations
 from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.prompts import build_prompts
 from turbotrain.integrations.trl import classes
-from turbotrain.trl_boundary import note_grpo_generations
 
 GRPO_PEERS = ("stock", "turbo")
 BETA = 0.04  # the KL coefficient (DeepSeekMath's): > 0, so TRL builds and runs the reference model

@@ -24,7 +24,7 @@ from turbotrain.backends import valid_choices
 from turbotrain.bench.counting import BatchCounter
 from turbotrain.bench.initial_model import fresh_copy
 from turbotrain.bench.workload import PeerRecord, Schedule, register_workload
-from turbotrain.compiled_step import backend_of, compile
+from turbotrain.training.compile_module import backend_of, compile
 
 
 @dataclass

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 
 from transformers import Trainer
 
-from turbotrain import trl_boundary
+from turbotrain.boundaries import trl_boundary
+from turbotrain.integrations.trl.arguments import as_sft_config
 from turbotrain.passes.registry import TrainerFacts
 from turbotrain.trainer import register_integration
 
@@ -140,4 +141,4 @@ def mixins(trainer_class: type) -> tuple[type, ...]:
     return (trl_boundary.TrlTokenCount,) if trl_boundary.counts_tokens_from_mask(trainer_class) else ()
 
 
-register_integration(trainer_facts, mixins)
+register_integration(trainer_facts, mixins, as_sft_config)

@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.hf_boundary import sharding_engine
+from turbotrain.boundaries.hf_boundary import sharding_engine
 from turbotrain.passes import sharded
 from turbotrain.passes.embedding_grad.tied_rows import TiedRows
 from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from turbotrain import torch_boundary
+from turbotrain.boundaries import torch_boundary
 
 
 class TiedRows:

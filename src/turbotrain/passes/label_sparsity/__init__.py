@@ -59,7 +59,6 @@ from typing import Protocol
 import torch
 from torch import nn
 
-from turbotrain.batch_keys import HOST_ROWS_KEYS
 from turbotrain.modeling import (
     IGNORE_INDEX,
     decoder_input_ids,
@@ -78,6 +77,7 @@ from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_ta
 from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
 from turbotrain.passes.registry import PassOptions, PassSpec, Setup, StepPlace, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
+from turbotrain.utils.batch_keys import HOST_ROWS_KEYS
 from turbotrain.utils.warnings import warn_once
 
 

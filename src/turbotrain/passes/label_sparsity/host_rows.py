@@ -29,8 +29,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from turbotrain.batch_keys import HOST_ROWS_KEYS, IGNORE_INDEX, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 from turbotrain.passes.registry import StepPlace
+from turbotrain.utils.batch_keys import HOST_ROWS_KEYS, IGNORE_INDEX, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 
 
 def wanted(place: StepPlace) -> bool:

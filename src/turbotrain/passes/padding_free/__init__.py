@@ -79,8 +79,8 @@ from dataclasses import dataclass, replace
 import torch
 from torch import nn
 
-from turbotrain import hf_boundary, modeling
-from turbotrain.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
+from turbotrain import modeling
+from turbotrain.boundaries import hf_boundary
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: the pass's self-check)
     _packed,
@@ -93,6 +93,7 @@ from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
 from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")

@@ -52,9 +52,10 @@ from transformers import AttentionInterface
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-from turbotrain import hf_boundary, modeling
-from turbotrain.batch_keys import ATTENTION_SEQUENCES
+from turbotrain import modeling
+from turbotrain.boundaries import hf_boundary
 from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
+from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")

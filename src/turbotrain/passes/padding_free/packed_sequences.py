@@ -26,7 +26,7 @@ import torch
 
 CU_SEQ_LENS = ("cu_seq_lens_q", "cu_seq_lens_k")
 MAX_LENGTHS = ("max_length_q", "max_length_k")
-from turbotrain.batch_keys import PACKED_SEQUENCES  # noqa: E402  (the batch key, defined in the leaf)
+from turbotrain.utils.batch_keys import PACKED_SEQUENCES  # noqa: E402  (the batch key, defined in the leaf)
 
 
 @dataclass(frozen=True)

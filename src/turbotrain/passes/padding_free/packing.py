@@ -59,14 +59,14 @@ from dataclasses import dataclass
 
 import torch
 
-from turbotrain.batch_keys import (
+from turbotrain.passes.padding_free.packed_sequences import sequence_metadata
+from turbotrain.utils.batch_keys import (
     IGNORE_INDEX,
     PADDED_LABELS,
     REAL_TOKENS,
     SEGMENTS,
     SEQUENCE_STARTS,
 )
-from turbotrain.passes.padding_free.packed_sequences import sequence_metadata
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")

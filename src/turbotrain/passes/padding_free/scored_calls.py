@@ -43,13 +43,13 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
-from turbotrain.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free import packing_spec, refusal_of_model
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, sequence_metadata
 from turbotrain.passes.registry import Setup, register_variant
 from turbotrain.passes.self_check import check_batch, never_raises
+from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import log_once
 

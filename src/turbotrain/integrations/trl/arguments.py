@@ -3,15 +3,15 @@
 `SFTTrainer` rebuilds arguments that are not an `SFTConfig` as `SFTConfig(**args.to_dict())`; for turbo
 arguments (`TurboTrainingArguments`, or `TrainingArguments` under `turbotrain run`) that raised on
 turbotrain's options, and turbotrain's `padding_free` would have become TRL's. `as_sft_config` hands such
-arguments over as a `TurboSFTConfig` instead, built the way TRL builds its own (`args.rebuilt_as`). It lives
-apart from trl_boundary.py because it needs `args`, a layer above the boundaries (tests/test_layers.py); the
-trainer asks it.
+arguments over as a `TurboSFTConfig` instead, built the way TRL builds its own (`args.rebuilt_as`). The TRL
+integration registers it as its `hand_over` (trainer.py's `register_integration`): the trainer asks it before
+Trainer's `__init__`.
 """
 
 from __future__ import annotations
 
 from turbotrain.args import TurboArgumentsMixin, rebuilt_as
-from turbotrain.trl_boundary import is_sft_trainer, sft_classes
+from turbotrain.boundaries.trl_boundary import is_sft_trainer, sft_classes
 
 
 def as_sft_config(trainer_class: type, positional: tuple, keywords: dict) -> tuple[tuple, dict]:

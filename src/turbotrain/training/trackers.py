@@ -1,4 +1,4 @@
-"""The run's summary line (summary.py) in the trackers Trainer reports to, as run config.
+"""The run's summary line (training/run_summary.py) in the trackers Trainer reports to, as run config.
 
 For each of Trainer's tracker callbacks present (`report_to`), through the tracker's public API, once per
 `train()` on the first process, after the tracker's own `on_train_begin` has set its run up:

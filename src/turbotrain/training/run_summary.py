@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from transformers import TrainerCallback
 
-from turbotrain import bf16_emulation
 from turbotrain.passes import registry
-from turbotrain.trackers import report_summary
+from turbotrain.training import bf16_emulation
+from turbotrain.training.trackers import report_summary
 
 logger = logging.getLogger("turbotrain")
 

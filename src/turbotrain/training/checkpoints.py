@@ -55,7 +55,7 @@ from pathlib import Path
 
 from transformers import TrainerCallback
 
-from turbotrain import checkpoint_weights
+from turbotrain.training import checkpoint_weights
 from turbotrain.utils.warnings import warn_once
 
 WRITING = "turbotrain-writing"

@@ -18,7 +18,7 @@ trainer answer "no" while TRL is not imported (no class can derive from `SFTTrai
 * `note_grpo_generations(trainer, noted)`: the benchmark's clock on a GRPOTrainer's generation (tokenizing the
   prompts, sampling, decoding: TRL's `_generate`, `GRPO_GENERATION`, pinned by tests/test_trl_boundary.py), so
   that the optimisation part of a step can be timed apart from it; wraps the instance's method, changes nothing.
-* TRL's rebuild of turbo arguments: `trl_arguments.py` (it needs `args`, a layer above this module).
+* TRL's rebuild of turbo arguments: integrations/trl/arguments.py (it needs `args`, a layer above this module).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from collections.abc import Callable
 
 import torch
 
-from turbotrain.batch_keys import REAL_TOKENS
+from turbotrain.utils.batch_keys import REAL_TOKENS
 from turbotrain.utils.imports import require
 
 TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")

@@ -3,7 +3,7 @@
 A Trainer's callbacks are public: `trainer.callback_handler.callbacks`, `pop_callback`, `remove_callback`,
 `callback_list` and any code that lists them (a test counting them, a tracker looking for its own) must see
 exactly the stock Trainer's list. turbotrain drives callbacks of its own (the `auto` backend's step
-timer, `backends/auto.py`; the summary line, `summary.py`; `ThreadsCallback` below), so `HiddenCallbacks` is Trainer's
+timer, `backends/auto.py`; the summary line, `training/run_summary.py`; `ThreadsCallback` below), so `HiddenCallbacks` is Trainer's
 `CallbackHandler` with a second list, `hidden`, beside the public `callbacks`:
 
 * every event goes first to the public callbacks (in their order, as stock), then to the hidden ones, with the

@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
-from turbotrain.torch_boundary import run_backward, tensor_version, view_base
+from turbotrain.boundaries.torch_boundary import run_backward, tensor_version, view_base
 from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
 
 BF16 = torch.bfloat16

@@ -1,0 +1,1 @@
+"""The trainer layer's parts: what `TurboTrainer` (trainer.py) and `TurboTrainingArguments` (args.py) are made of: the summary line and trackers, checkpoints, the bf16 hint and emulation, the token budget, the batch checks, turbotrain's hidden callbacks, and `compile(module)`."""
