@@ -1,30 +1,14 @@
 """The one list of turbotrain's passes. Each pass module ends by registering a `PassSpec`: its name (which
-is also its option's name), its options, how to install it from the effective options, why a trainer or a
+is also its option's name), its options class, how to install it from the effective options, why a trainer or a
 model refuses it, and how the run's summary names it. Everything that names passes loops over this list:
-
-* `optimize()` (optimize.py) installs the model passes in `order`, each from a `Setup` (`setup_for`) holding
-  its own options as a frozen dataclass (`PassSpec.options_class`) and no other pass's. Where two passes
-  cooperate, the one built as a part of the other says so (`part_of`: chunked cross-entropy is label
-  sparsity's head), and the registry hands its options to that pass's install (`Setup.parts`);
-* `TurboOptions` (args.py) derives from each pass's options class (`PassSpec.options_class`, a frozen dataclass
-  written in the pass's module), so `TurboTrainingArguments`, `turbo_arguments(...)` and the command line of an
-  `HfArgumentParser` script get its fields too (tests/test_args.py checks every registered pass is there);
-* the trainer asks every pass still on whether this trainer refuses it (`refused_by_trainer`, e.g. label
-  smoothing reads the full logits), once, and switches it off in the effective options;
-* the run's summary (training/run_summary.py) names each installed pass by its `label`, and each requested one that is
-  not active with why;
-* the benchmark's `turbo_off` ablations and the CLI's `--turbo-off` take every pass name;
-* the training collator (`OptimizeReport.collator`, which TurboTrainer's training dataloader uses) is the
-  user's collator wrapped by each installed pass's `collator` step, the pass installed last innermost: each
-  step adds the batch keys its pass declares (`batch_keys`, all named in batch_keys.py), and the passes' model
-  pre-hooks, which run in install order, take them off again in the reverse order (the last key added is the
-  first taken off), so the model never sees one.
-
-Adding a pass: one file in `passes/` that ends with `register_pass(PassSpec(...))` (or, for a pass with helpers of its
-own, a folder: the pass in its `__init__.py`, the helpers beside it, as `passes/padding_free/`), and its module named
-in the registration import of `passes/__init__.py`; a pass with a batch side gives its `collator` step and
-`batch_keys` there too, and its options class among `TurboOptions`' bases (args.py). A pass outside the package
-registers the same way; `optimize(model, its_option=...)` takes its options, TurboTrainer gives it its defaults.
+`optimize()` (each install handed a `Setup` with its own options and those of the passes built as its parts,
+`part_of`), `TurboOptions` (args.py: each pass's options class among its bases), the trainer's refusals
+(`trainer_refusals`), the run's summary (`label`), the bench's `turbo_off` and the CLI's `--turbo-off`, and the
+training collator (`OptimizeReport.collator`): the user's collator wrapped by each installed pass's `collator`
+step, the pass installed last innermost; each step adds the batch keys its pass declares (`batch_keys`, named in
+batch_keys.py), and the passes' pre-hooks, in install order, take them off in the reverse order, so the model
+never sees one. Adding a pass: docs/architecture.md, "What a change touches"; a pass outside the package
+registers the same way, `optimize(model, its_option=...)` takes its options, TurboTrainer gives it its defaults.
 """
 
 from __future__ import annotations
@@ -45,28 +29,14 @@ def option(default: bool | str, help: str, *, choices: tuple[str, ...] = (), off
     return field(default=default, metadata={"help": help, "choices": choices, "off": off, "numbers": numbers})
 
 
-@dataclass(frozen=True)
-class Option:
-    """One option read from its field (`option(...)`): name, default, help, valid values, the value that is off."""
-
-    name: str
-    default: bool | str
-    help: str
-    choices: tuple[str, ...] = ()
-    off: bool | str = False
-    numbers: bool = False
-
-    @classmethod
-    def of(cls, declared: Field) -> Option:
-        return cls(declared.name, declared.default, **declared.metadata)
-
-    def check(self, value: Any) -> None:
-        number = self.numbers and str(value).isdigit() and int(value) > 0
-        if self.choices and value not in self.choices and not number:
-            also = " or a positive number" if self.numbers else ""
-            raise ValueError(f"{self.name} must be one of {', '.join(self.choices)}{also}, got {value!r}")
-        if not self.choices and not isinstance(value, bool):
-            raise ValueError(f"{self.name} must be True or False, got {value!r}")
+def check_option(declared: Field, value: Any) -> None:
+    """`value` for the field `declared` with `option(...)`: a value it does not take raises."""
+    choices, numbers = declared.metadata["choices"], declared.metadata["numbers"]
+    if choices and value not in choices and not (numbers and str(value).isdigit() and int(value) > 0):
+        also = " or a positive number" if numbers else ""
+        raise ValueError(f"{declared.name} must be one of {', '.join(choices)}{also}, got {value!r}")
+    if not choices and not isinstance(value, bool):
+        raise ValueError(f"{declared.name} must be True or False, got {value!r}")
 
 
 @dataclass(frozen=True)
@@ -75,14 +45,10 @@ class PassOptions:
     option, the first named as the pass (its switch). `TurboOptions` (args.py) derives from every one of them."""
 
     @classmethod
-    def declared(cls) -> tuple[Option, ...]:
-        return tuple(Option.of(each) for each in fields(cls))
-
-    @classmethod
     def check(cls, values: Any) -> None:
         """This class's options as `values` holds them (an instance of it, or of TurboOptions): a bad one raises."""
-        for each in cls.declared():
-            each.check(getattr(values, each.name))
+        for each in fields(cls):
+            check_option(each, getattr(values, each.name))
 
 
 @dataclass(frozen=True)
@@ -127,38 +93,27 @@ class Setup:
     installed: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _refused(model) -> bool:
-    return True
-
-
 @dataclass(frozen=True)
 class PassSpec:
-    """One pass. `install(model, setup)` returns the installed pass (with `remove()`) or None; None is a
-    refusal of the model (said in one warning by the pass, listed in the summary) where `refused_for(model)`,
-    else there was nothing to do (no tanh GELU to fuse). `install=None` (and no `part_of`): not a model pass (the fused
-    optimizer, which the trainer applies through the optimizer it creates). `refused_by_trainer(trainer, facts)`:
-    why this trainer cannot use the pass (logged by the pass), or None. `label(installed)`: its
-    name in the summary's list of active passes (default: `name`). `listed_when_inactive=False`: the
-    summary does not list it as not active (chunked cross-entropy: its default "auto" asks only for large
-    calls). `options_class`: its options (a `PassOptions` dataclass written in its module, the first field
-    named as the pass: its switch; more fields tune it, `padding_free_with_dropout`). `not_applicable(model)`:
-    what the model lacks for the pass (no token ids, no embedding table), said at INFO instead of installing
-    (the summary lists it as not active with that reason), or None. `collator(installed, inner, place)`: the
-    pass's step of the training collator, `inner` wrapped so its batches carry what the pass's hooks read, or
-    `inner` itself where `place` (a `StepPlace`) needs nothing; `batch_keys`: the private keys that step adds
-    (named in batch_keys.py), which the pass's model pre-hook takes off (see the module docstring).
-    `part_of`: the pass whose install builds this one as a part of it (chunked cross-entropy, label sparsity's
-    head); such a pass has no `install`: the registry hands its options to that install (`Setup.parts`, when
-    it is on), and `optimize()` reports the part that installed pass lists in its `parts` (pass name ->
-    installed part) under this pass's name."""
+    """One pass. `install(model, setup)` returns the installed pass (with `remove()`) or None: a refusal of the
+    model (warned by the pass, listed in the summary) where `refused_for(model)`, else nothing to do (no tanh GELU);
+    `install=None` without `part_of`: not a model pass (the fused optimizer, applied through the trainer's
+    optimizer). `part_of`: the pass whose install builds this one (chunked cross-entropy, label sparsity's head):
+    its options are handed to that install (`Setup.parts`, when on) and `optimize()` reports the part under this
+    pass's name. `refused_by_trainer(trainer, facts)`: why this trainer cannot use it, or None.
+    `not_applicable(model)`: what the model lacks for it (no token ids), said at INFO instead of installing.
+    `label(installed)`: its name in the summary (default `name`); `listed_when_inactive=False`: not listed as not
+    active (chunked cross-entropy's "auto" asks only for large calls). `collator(installed, inner, place)`: its
+    step of the training collator (`inner` itself where `place`, a `StepPlace`, needs nothing), adding
+    `batch_keys`, which its pre-hook takes off (see the module docstring)."""
 
     name: str
     options_class: type[PassOptions]
     order: int  # install order, and the order of reports
     install: Callable[[Any, Setup], Any] | None
     refused_by_trainer: Callable[[Any, TrainerFacts], str | None] | None = None
-    refused_for: Callable[[Any], bool] = _refused
-    not_applicable: Callable[[Any], str | None] | None = None  # what the model lacks for it (no token ids)
+    refused_for: Callable[[Any], bool] = lambda model: True
+    not_applicable: Callable[[Any], str | None] | None = None
     label: Callable[[Any], str] | None = None
     listed_when_inactive: bool = True
     collator: Callable[[Any, Any, StepPlace], Any] | None = None
@@ -166,13 +121,13 @@ class PassSpec:
     part_of: str | None = None
 
     @property
-    def options(self) -> tuple[Option, ...]:
-        return self.options_class.declared()
+    def options(self) -> tuple[Field, ...]:
+        return fields(self.options_class)
 
     @property
     def off(self) -> bool | str:
         """The value of its switch (the option named as the pass) that turns it off."""
-        return self.options[0].off
+        return self.options[0].metadata["off"]
 
     @property
     def is_model_pass(self) -> bool:
@@ -244,11 +199,6 @@ def get_pass(name: str) -> PassSpec:
     return _PASSES[name]
 
 
-def options_of_model_passes() -> list[Option]:
-    """Every model pass's options, in pass order: what `optimize()` takes."""
-    return [option for spec in model_passes() for option in spec.options]
-
-
 def off_value(name: str) -> bool | str:
     """The value that turns pass `name` off."""
     return get_pass(name).off
@@ -257,13 +207,13 @@ def off_value(name: str) -> bool | str:
 def option_values(given: Mapping[str, Any], options: Any = None) -> SimpleNamespace:
     """Every model-pass option's value by attribute: `given` over `options` (the effective TurboOptions, where
     the caller has them) over the defaults, each checked; an unknown name in `given` is a TypeError."""
-    known = {option.name: option for option in options_of_model_passes()}
+    known = {option.name: option for spec in model_passes() for option in spec.options}
     unknown = sorted(set(given) - set(known))
     if unknown:
         raise TypeError(f"unknown pass options {unknown}; the passes take: {', '.join(known)}")
     values = {name: given.get(name, getattr(options, name, option.default)) for name, option in known.items()}
     for name, value in values.items():
-        known[name].check(value)
+        check_option(known[name], value)
     return SimpleNamespace(**values)
 
 
