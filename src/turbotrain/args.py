@@ -1,19 +1,11 @@
 """`TurboTrainingArguments`: `transformers.TrainingArguments` plus turbotrain's options (`TurboOptions`).
 
-Everything TrainingArguments accepts keeps its meaning. turbotrain's options are written once, each part's in
-its own module as a frozen dataclass (fields with types, defaults and help, and a `check`): the backend's here
-(`BackendChoice`), the token budget's (token_budget.py), the bf16 emulation's (bf16_emulation.py) and each
-pass's (`PaddingFreeOptions` in passes/padding_free/, ...). `TurboOptions` derives from all of them (`PARTS`),
-so an IDE or a type checker sees every field. `TurboTrainingArguments` carries the same fields, so they work as
-keyword arguments, in `to_dict()` and on the command line (`HfArgumentParser`; a dict option, `backend_options`,
-takes JSON text there, as TrainingArguments' own dict fields do, parsed once at construction). They flow one
-way: the arguments are checked once at construction (each part's `check`), the trainer reads them once
-(`TurboOptions.from_args`) and computes the effective options for its backend and its own loss (`without`,
-`switched_off`), which `optimize()` hands each pass as its own options class (passes/registry.py); nobody
-writes them back. What each option does is documented where it is implemented; the README's option table
-links there.
-
-`optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
+Everything TrainingArguments accepts keeps its meaning. turbotrain's options are written once, each part's in its
+own module as a frozen dataclass with a `check` (the backend's, `BackendChoice`, here); `TurboOptions` derives from
+all of them (`PARTS`), and every arguments class gets its fields, so they work as keyword arguments, in `to_dict()`
+and on the command line (a dict option, `backend_options`, takes JSON text there, parsed once at construction).
+They flow one way (docs/architecture.md, "Options flow one way"): checked once at construction, read once by the
+trainer, never written back. `optim="adamw_ort_fused"` (ORTTrainer's name) is accepted as the fused AdamW.
 """
 
 from __future__ import annotations
@@ -74,23 +66,6 @@ class BackendChoice:
         backend.options_class.from_dict(values.backend_options, values.backend)
 
 
-# Each part's options class, written in its own module; a dataclass takes its bases' fields last base first, so the
-# fields read in this tuple's order: the backend, the token budget, the emulation, then each pass's in pass order.
-PARTS = (
-    BackendChoice,
-    TokenBudgetOptions,
-    Bf16EmulationOptions,
-    LabelSparsityOptions,
-    ChunkedCrossEntropyOptions,
-    PaddingFreeOptions,
-    EmbeddingGradOptions,
-    FusedActivationOptions,
-    FusedLoraOptions,
-    LeanGatedMlpOptions,
-    FusedOptimizerOptions,
-)
-
-
 @dataclass(frozen=True)
 class TurboOptions(
     FusedOptimizerOptions,
@@ -105,8 +80,9 @@ class TurboOptions(
     TokenBudgetOptions,
     BackendChoice,
 ):
-    """turbotrain's options of one run, every part's options class composed (`PARTS`, bases in reverse); plain
-    TrainingArguments get the defaults."""
+    """turbotrain's options of one run, every part's options class composed; plain TrainingArguments get the
+    defaults. A dataclass takes its bases' fields last base first: the backend's, the token budget's, the
+    emulation's, then each pass's in pass order."""
 
     @classmethod
     def from_args(cls, args: TrainingArguments) -> TurboOptions:
@@ -131,6 +107,9 @@ class TurboOptions(
         return self.switched_off(off)
 
 
+PARTS = TurboOptions.__bases__[::-1]  # each part's options class, written in its own module, in field order
+
+
 def _cpu_only_multiprocess() -> bool:
     """Launched as several processes (torchrun, accelerate launch) on a machine with no GPU."""
     return (
@@ -149,13 +128,6 @@ def _dict_options() -> tuple[str, ...]:
     """The TurboOptions fields that hold a dict (`backend_options`)."""
     hints = typing.get_type_hints(TurboOptions)
     return tuple(f.name for f in fields(TurboOptions) if dict in typing.get_args(hints[f.name]))
-
-
-def _argument_type(option):
-    """The type an arguments class declares for `option`: a dict option also takes a string, JSON text, the way
-    TrainingArguments' own dict fields do (`lr_scheduler_kwargs: dict | str | None`); HfArgumentParser
-    cannot turn a command line's `--backend_options '{"scope": "blocks"}'` into a `dict` field."""
-    return dict | str | None if option.name in _dict_options() else option.type
 
 
 def json_object(name: str, text: str) -> dict | None:
@@ -179,8 +151,9 @@ def _parse_json_options(args) -> None:
 
 
 def _with_turbo_fields(cls):
-    """Give `cls` TurboOptions' fields (same types, defaults and help; a dict option also takes JSON text),
-    then make it a dataclass.
+    """Give `cls` TurboOptions' fields (same types, defaults and help; a dict option is `dict | str | None`, JSON
+    text too, as TrainingArguments' own dict fields: HfArgumentParser cannot fill a `dict` field), then make it a
+    dataclass.
 
     A field the arguments class already has keeps its owner's meaning, and turbotrain's option of that
     name is carried as `turbo_<name>`: TRL's `SFTConfig.padding_free` (TRL's own flattening collator)
@@ -191,7 +164,7 @@ def _with_turbo_fields(cls):
     for option in fields(TurboOptions):
         name = f"turbo_{option.name}" if option.name in own else option.name
         cls._turbo_attributes[option.name] = name
-        cls.__annotations__[name] = _argument_type(option)
+        cls.__annotations__[name] = dict | str | None if option.name in _dict_options() else option.type
         default = option.default if option.default is not MISSING else None
         setattr(cls, name, field(default=default, metadata={"help": option.metadata["help"]}))
     return dataclass(cls)
