@@ -1,24 +1,12 @@
 """The boundary with TRL's names: its classes looked up (never imported until asked for), the private attributes
 turbotrain reads or writes, and its trainers' public attributes read by `getattr`. What turbotrain knows of each
-TRL trainer (its loss, its releases, its refusals) is the table in integrations/trl/; this module holds no policy.
+TRL trainer is the table in integrations/trl/; this module holds no policy.
 
-TRL is the `llm` extra. Nothing here imports it until asked for a TRL class, and the questions about a
-trainer answer "no" while TRL is not imported (no class can derive from `SFTTrainer` before then).
-
-* `derives_from(trainer, "DPOTrainer")`, `is_sft_trainer`, `trl_trainer_name`: class lookups, by class (a user's
-  subclass counts, a lookalike named the same does not). `public_classes(names, feature)`: TRL's public classes,
-  or an ImportError naming the extra. `trl_version()`.
-* `reference_model(trainer)`: a trainer's own `ref_model`, where it is a plain module (None for a LoRA run, whose
-  reference is the policy with its adapters off, and for a DeepSpeed or FSDP run).
-* `TrlTokenCount`, placed before a trainer class whose `compute_loss` is `SFTTrainer`'s own
-  (`counts_tokens_from_mask`): `SFTTrainer` adds `inputs["attention_mask"].sum()` to its `num_tokens`
-  metric; a packed batch's mask is the [R, 1, C, C] block mask, so the count is corrected to the real
-  tokens the packer recorded (`batch_keys.REAL_TOKENS`). It writes the metric's state, which TRL keeps in
-  private attributes (`TRL_PRIVATE_ATTRIBUTES`, pinned by tests/test_trl_boundary.py).
-* `note_grpo_generations(trainer, noted)`: the benchmark's clock on a GRPOTrainer's generation (tokenizing the
-  prompts, sampling, decoding: TRL's `_generate`, `GRPO_GENERATION`, pinned by tests/test_trl_boundary.py), so
-  that the optimisation part of a step can be timed apart from it; wraps the instance's method, changes nothing.
-* TRL's rebuild of turbo arguments: integrations/trl/arguments.py (it needs `args`, a layer above this module).
+TRL is the `llm` extra. Nothing here imports it until asked for a TRL class (`public_classes`, an ImportError
+naming the extra without it), and the class lookups answer "no" while TRL is not imported (no class can derive
+from `SFTTrainer` before then). The private names, pinned by tests/test_trl_boundary.py: the `num_tokens` metric's
+state (`TRL_PRIVATE_ATTRIBUTES`, which `TrlTokenCount` corrects to a packed batch's real tokens) and GRPO's
+`_generate` (`GRPO_GENERATION`, the benchmark's clock on generation).
 """
 
 from __future__ import annotations
@@ -42,11 +30,6 @@ def public_classes(names: tuple[str, ...], feature: str) -> tuple[type, ...]:
     import trl
 
     return tuple(getattr(trl, name) for name in names)
-
-
-def sft_classes(feature: str) -> tuple[type, type]:
-    """(SFTConfig, SFTTrainer); ImportError naming `pip install 'turbotrain[llm]'` without TRL."""
-    return public_classes(("SFTConfig", "SFTTrainer"), feature)
 
 
 def trl_version() -> str:
@@ -118,8 +101,9 @@ def counts_tokens_from_mask(trainer_class: type) -> bool:
 
 
 class TrlTokenCount:
-    """SFTTrainer's `num_tokens` metric counted on a packed batch's real tokens (see the module docstring).
-    Placed before TRL trainers only (`turbo()`), so other Trainer classes keep Trainer's `compute_loss`."""
+    """SFTTrainer's `num_tokens` metric (`attention_mask.sum()`, a packed batch's [R, 1, C, C] block mask there)
+    corrected to the real tokens the packer recorded (`REAL_TOKENS`). Placed before a trainer class whose
+    `compute_loss` is SFTTrainer's own (`counts_tokens_from_mask`, `turbo()`), other classes keep theirs."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)

@@ -11,7 +11,7 @@ Trainer's `__init__`.
 from __future__ import annotations
 
 from turbotrain.args import TurboArgumentsMixin, rebuilt_as
-from turbotrain.boundaries.trl_boundary import is_sft_trainer, sft_classes
+from turbotrain.boundaries.trl_boundary import is_sft_trainer, public_classes
 
 
 def as_sft_config(trainer_class: type, positional: tuple, keywords: dict) -> tuple[tuple, dict]:
@@ -20,7 +20,7 @@ def as_sft_config(trainer_class: type, positional: tuple, keywords: dict) -> tup
     given = positional[1] if len(positional) > 1 else keywords.get("args")
     if not (isinstance(given, TurboArgumentsMixin) and is_sft_trainer(trainer_class)):
         return positional, keywords
-    config_class, _ = sft_classes("TurboSFTTrainer")
+    (config_class,) = public_classes(("SFTConfig",), "TurboSFTTrainer")
     if isinstance(given, config_class):
         return positional, keywords
     converted = rebuilt_as(given, config_class)
