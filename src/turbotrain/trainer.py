@@ -1,64 +1,33 @@
 """`TurboTrainer` and `turbo(TrainerClass)`: a Trainer with turbotrain's passes and backends, nothing else changed.
 
-`TurboMixin` is placed before a `transformers.Trainer` class (`turbo(SFTTrainer)`, `turbo(Seq2SeqTrainer)`;
-`TurboTrainer` is `turbo(Trainer)`). It hooks in only through Trainer's overridable methods and never
-copies the training loop; Trainer's private hooks are reached through `hf_boundary.TrainerBoundary`,
-which forwards them to the public `turbo_*` methods here:
+`TurboMixin` is placed before a `transformers.Trainer` class (`TurboTrainer` is `turbo(Trainer)`). It hooks in
+only through Trainer's overridable methods and never copies the training loop; Trainer's private hooks are
+reached through `hf_boundary.TrainerBoundary`, which forwards them to the public `turbo_*` methods here:
 
-* `__init__`: after the Trainer class has built itself (a subclass may have wrapped the model, e.g.
-  TRL's `SFTTrainer` with a `peft_config`), read the options once, choose the backend and the effective
-  options (`TurboOptions.without` what the backend turns off, then the passes this trainer's loss refuses:
-  `passes.registry.trainer_refusals`), choose the fused AdamW (`turbo_optim`, which Trainer's optimizer
-  is created with: `create_optimizer`; the arguments keep their `optim`, and Trainer's static
-  `get_optimizer_cls_and_kwargs` stays static), and install the
-  model passes (`optimize`) on the model the Trainer trains.
-* `__init__`, first: turbo arguments of another class given to an `SFTTrainer` (`TurboTrainingArguments`, or
-  `TrainingArguments` under `turbotrain run`) are handed over as a `TurboSFTConfig`, which TRL would
-  otherwise rebuild from `to_dict()` and fail on turbotrain's options (integrations/trl/arguments.py, registered as
-  the TRL integration's `hand_over`).
-* `__init__` also drives the backend's callbacks (`auto` times steps with one) and the summary callback,
-  out of the public callback list (hidden_callbacks.py: `callback_handler.callbacks` is stock's):
-  when training begins, one WARNING-level line says which backend and passes are active and why any
-  requested pass is not (training/run_summary.py; the same line goes to the `report_to` trackers, trackers.py); an
-  fp32 run on a CPU gets one more line on bf16 (bf16_hint.py). With no accelerator, torch's pin_memory
-  notice is silenced (utils/warnings.py). A CPU run's torch threads are chosen as the main job's are (one fewer
-  per core other processes keep busy, re-checked during training, put back at the end; the user's
-  `OMP_NUM_THREADS` stands: hidden_callbacks.py's `ThreadsCallback`), and the summary line names the choice.
-* a bf16 run on a CPU decides `bf16_emulation` once (one line logged: stock's path, turbotrain's, the probe's
-  speeds) and, where it is on, runs `training_step` and `prediction_step` inside `Bf16Emulation`
-  (bf16_emulation.py: autocast's matmuls as fp32 GEMMs on bf16-rounded inputs); the summary line names it.
-* `call_model_init`: install the same passes on every model `model_init` makes (hyperparameter search).
-* `get_train_dataloader`: the training batches are checked first (batch_checks.py: a row past the position
-  table, ids or labels out of range, NaN, named in one line before any step), then go through the installed
-  passes' collator steps (`OptimizeReport.collator`, one loop over the passes: the padding-free packer; on an
-  accelerator inside Trainer's loop, label sparsity's kept rows chosen on the host,
-  passes/label_sparsity/host_rows.py: no sync in the step);
-  evaluation and prediction keep the user's collator, so `compute_metrics` sees padded, full logits.
-* the passes' self-checks run under the run's autocast (bf16/fp16) with their backward (self_check.py);
-  the embedding gradient buffer is left off on accelerators and with sharded parameters (FSDP, ZeRO-3), and
-  ZeRO-3's partitions are gathered for the checks' length (passes/sharded.py).
+* `__init__`: a registered integration's `hand_over` first (TRL's SFTTrainer is given turbo arguments of another
+  class as a `TurboSFTConfig`, integrations/trl/arguments.py); after the Trainer class has built itself (TRL may
+  have wrapped the model with PEFT), the trainer's `TrainerFacts` (`turbo_trainer_facts`), the backend and the
+  effective options (docs/architecture.md, "Options flow one way"), the fused AdamW (`turbo_optim`, handed to
+  `create_optimizer`; the arguments keep their `optim`), and the passes installed (`optimize`, self-checks under
+  the run's autocast with their backward). Hidden callbacks (hidden_callbacks.py, out of the public list): the
+  output folder checked when training begins if the run will save (`WritableOutput`), the backend's, the CPU
+  thread choice (`ThreadsCallback`; the user's `OMP_NUM_THREADS` stands), and the one summary line
+  (training/run_summary.py, also to the `report_to` trackers); an fp32 CPU run gets one line on bf16
+  (bf16_hint.py); a bf16 CPU run decides `bf16_emulation` once and runs `training_step` and `prediction_step`
+  inside `Bf16Emulation` where it is on; without an accelerator torch's pin_memory notice is silenced.
+* `call_model_init`: the same passes on every model `model_init` makes (hyperparameter search).
+* `get_train_dataloader`: training batches checked first (batch_checks.py: named in one line before any step),
+  then through the installed passes' collator steps (`OptimizeReport.collator`); evaluation and prediction keep
+  the user's collator, so `compute_metrics` sees padded, full logits.
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
-* `turbo_count_batches`: Trainer counts the loss's items on the padded labels that packed batches
-  carry, so its count (whose rule depends on the model's `loss_type`) is the stock one.
+* `turbo_count_batches`: Trainer counts the loss's items on the padded labels packed batches carry (the stock count).
 * `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
-* `turbo_checkpoint` / `train(resume_from_checkpoint=...)`: every checkpoint is committed only once
-  fully on disk (with its files' sizes and checksums), and resuming skips one a kill cut off mid-write
-  or that was damaged since (checkpoints.py); Trainer's own code writes and loads it. An output_dir no
-  file can be created in is refused when training begins, if the run will save (`WritableOutput`, a hidden
-  callback), and a full disk during a save is named in one line.
+* `turbo_checkpoint` / `train(resume_from_checkpoint=...)`: a checkpoint is committed only once fully on disk
+  (sizes and checksums), resuming skips one cut off or damaged (checkpoints.py), a full disk is named in one line.
 
-What the trainer's loss asks of the passes is one value, `TrainerFacts` (passes/registry.py), built once in
-`__init__` (`turbo_trainer_facts`: a registered integration's row, integrations/trl/ for TRL's trainers, else
-Trainer's own) and handed to every pass's refusal and install: label smoothing and a custom `compute_loss_func`
-read the full logits (label sparsity steps aside), a loss that is not a sum over tokens keeps its batches padded
-(padding-free steps aside, or packs TRL's scored calls inside each call), TRL's `fused_lm_head` calls are
-answered by the chunked head at the trainer's weighting and temperature, its reference model's too, and SFT's
-`num_tokens` metric is counted on real tokens (the integration's mixin, trl_boundary.TrlTokenCount).
-
-Callbacks, logging, evaluation, checkpoints, `resume_from_checkpoint`, `save_pretrained` output,
-gradient accumulation, fp16/bf16 and `hyperparameter_search` are Trainer's own, untouched. Every Trainer
-method overridden here keeps Trainer's signature and kind (a static method stays static; `__init__` shows the
-Trainer class's own signature), pinned by tests/test_trainer_signatures.py.
+Callbacks, logging, evaluation, checkpoints, `save_pretrained` output, gradient accumulation, fp16/bf16 and
+`hyperparameter_search` are Trainer's own. Every Trainer method overridden here keeps Trainer's signature and kind
+(`__init__` shows the Trainer class's own signature), pinned by tests/test_trainer_signatures.py.
 """
 
 from __future__ import annotations
@@ -168,13 +137,11 @@ class TurboMixin(TrainerBoundary):
 
     def turbo_summary(self) -> str:
         """The run's one-line summary (training/run_summary.py): backend, active passes, optimizer, what is not active and why."""
-        applied = self.turbo_report.applied if self.turbo_report is not None else []
-        skipped = self.turbo_report.skipped if self.turbo_report is not None else []
-        lacks = self.turbo_report.not_applicable if self.turbo_report is not None else {}
-        engine = self.turbo_report.sharded_by if self.turbo_report is not None else None
-        refused, requested = self.turbo_refused, self.turbo_requested
-        missing = not_active(requested, self.turbo_options, applied, refused, skipped, lacks, engine=engine)
-        line = summary_line(self.backend.summary(), active_labels(self.turbo_report), self.turbo_optim, missing)
+        report = self.turbo_report if self.turbo_report is not None else OptimizeReport("")
+        engine = report.sharded_by
+        requested, refused, lacks = self.turbo_requested, self.turbo_refused, report.not_applicable
+        missing = not_active(requested, self.turbo_options, report.applied, refused, report.skipped, lacks, engine)
+        line = summary_line(self.backend.summary(), active_labels(report), self.turbo_optim, missing)
         threads = getattr(self, "turbo_threads", None)
         chosen = f"; {threads.choice.line()}" if threads is not None and threads.choice is not None else ""
         return line + emulation_note(getattr(self, "turbo_bf16_emulation", False)) + chosen
