@@ -96,13 +96,12 @@ def optimize(
 
 def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool, facts) -> None:
     for spec in registry.model_passes():
-        if (
-            getattr(values, spec.name) == spec.off or spec.part_of is not None
-        ):  # a part comes with the pass it is part of
+        if not spec.is_on(values) or spec.part_of is not None:  # a part comes with the pass it is part of
             continue
         why = spec.not_applicable(model) if spec.not_applicable is not None else None
-        if why is not None:
-            _does_not_apply(report, spec.name, why)
+        if why is not None:  # the model has nothing for it (no token ids): one INFO line, no warning
+            report.not_applicable[spec.name] = why
+            log_once(f"turbotrain: {spec.name} does not apply: {why}")
             continue
         setup = registry.setup_for(spec, values, self_check, facts, report.installed)
         installed = registry.install_of(spec, facts)(model, setup)
@@ -111,9 +110,3 @@ def _install(model: nn.Module, report: OptimizeReport, values, self_check: bool,
             report.installed.update(getattr(installed, "parts", {}))  # its parts (PassSpec.part_of), by pass name
         elif spec.refused_for(model):
             report.skipped.append(spec.name)
-
-
-def _does_not_apply(report: OptimizeReport, name: str, why: str) -> None:
-    """A pass the model has nothing for (no token ids, no embedding table): one INFO line, no warning."""
-    report.not_applicable[name] = why
-    log_once(f"turbotrain: {name} does not apply: {why}")
