@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from tests.trainer_helpers import turbo_trainer
-from turbotrain import bf16_hint as hint_module
+from turbotrain.training import bf16_hint as hint_module
 from turbotrain.training.bf16_hint import bf16_hint
 from turbotrain.training.run_summary import not_active, summary_line
 

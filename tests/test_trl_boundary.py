@@ -13,7 +13,7 @@ from transformers import Trainer
 
 from tests.llm.helpers import decoder, prompt_completion_rows, tokenizer
 from tests.trainer_helpers import COMMON
-from turbotrain import trl_boundary as integration
+from turbotrain.boundaries import trl_boundary as integration
 from turbotrain.passes import fused_head_calls
 
 pytestmark = pytest.mark.requires_llm
@@ -82,7 +82,7 @@ def test_the_trainer_path_imports_no_trl():
         "import sys\n"
         "from transformers import Trainer\n"
         "from turbotrain import TurboTrainer\n"
-        "from turbotrain import trl_boundary as trl\n"
+        "from turbotrain.boundaries import trl_boundary as trl\n"
         "assert not trl.is_sft_trainer(TurboTrainer) and not trl.counts_tokens_from_mask(Trainer)\n"
         "assert 'trl' not in sys.modules, 'trl was imported'\n"
     )
