@@ -1,14 +1,12 @@
 """The check every model pass runs once at install: stock and rewritten forward on the same small batch.
 
-`compare_losses(model, stock, rewritten, what)` runs both callables (each returns the model's output)
-in eval mode without gradients, restores the training mode, and returns None when the losses agree
-(1e-4 relative in fp32, 2e-2 otherwise) or a one-line description of what went wrong. It never
-raises: a pass that fails its check is left out with a warning, training goes on.
-`check_batch(model, lengths, ...)` is `modeling.synthetic_batch`, or None with the reason where the model's
-inputs cannot be synthesised (a speech encoder's feature layout this cannot tell): the check then fails.
-`never_raises` is put on every install check of every pass (each returns a problem or None): whatever the model
-returns (logits longer than the mask, another rank, a tuple, no loss), an exception in the check comes back as
-the problem, and the pass steps aside with it.
+`compare_losses(model, stock, rewritten, what)` runs both callables (each returns the model's output) in eval mode
+without gradients, and returns None when the losses agree (1e-4 relative in fp32, 2e-2 otherwise) or a one-line
+problem. `check_under_run_precision` runs them as the run will: under its autocast (`RunPrecision`, which
+TurboTrainer sets around the install), with gradients into `.grad` (put back after), and also refuses NaN or inf
+gradients where stock's are finite. `check_batch(model, lengths, ...)` is `modeling.synthetic_batch`, or None and
+why (a speech encoder's feature layout): the check then fails. `never_raises`, on every pass's install check: an
+exception comes back as the problem (whatever the model returns), and the pass steps aside with a warning.
 """
 
 from __future__ import annotations
@@ -67,17 +65,6 @@ def compare_losses(model: nn.Module, stock: Callable, rewritten: Callable, what:
     return None
 
 
-# --- under the run's precision, with gradients ----------------------------------------------------------
-#
-# `compare_losses` above runs in the model's dtype without autocast and without gradients, so it never meets
-# the kernels a bf16 run uses, nor a rewrite's backward. `check_under_run_precision` runs both callables the
-# way the run will: under the run's autocast (`RunPrecision`, which TurboTrainer sets from its arguments
-# around the install), with gradients, and refuses the rewrite when its loss differs (1e-4 relative in fp32
-# without autocast, 2e-2 under a half-precision autocast or in a half-precision model) or when a gradient it
-# gives is NaN or inf where stock's is finite. Gradients are taken into `.grad`, as training will (no memory
-# beyond the run's own), and put back as they were. It never raises.
-
-
 @dataclass(frozen=True)
 class RunPrecision:
     """How the run computes: the device type its autocast applies to, and the autocast dtype (None: off)."""
@@ -125,7 +112,8 @@ def current_precision(model: nn.Module) -> RunPrecision:
 
 @never_raises
 def check_under_run_precision(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
-    """Loss parity and finite gradients of `rewritten` against `stock`, as the run computes (see above)."""
+    """Loss parity (1e-4 relative in fp32, 2e-2 under a half-precision autocast or model) and finite gradients of
+    `rewritten` against `stock`, as the run computes (module docstring)."""
     precision = current_precision(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     saved = [p.grad for p in trainable]
