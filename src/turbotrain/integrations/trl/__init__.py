@@ -1,22 +1,17 @@
 """TRL's trainers, one row each: what each one's loss computes, read by the trainer (`trainer_facts`: the
-`TrainerFacts` handed to the passes), `turbotrain run` (launch/patch.py), the ready names (ready.py, the lazy
-front) and the benchmark workloads (`classes`). A new TRL trainer is one row here and its test.
+`TrainerFacts` handed to the passes), `turbotrain run` (launch/patch.py), the ready names (ready.py) and the
+benchmark workloads (`classes`). A new TRL trainer is one row here and its test.
 
-Per row: `weighting`, how the loss weights the log-probs of its `fused_lm_head` calls, for the chunked head to
-answer them (passes/fused_head_calls.py): "equal" (SFT with `loss_type="nll"`: -Σ log_probs / n), "per_row"
-(DPO, KTO: each sequence's summed log-probs by its own factor; GRPO: each token by its own, RLOO: each
-sequence's, both at the sampling temperature, `sampling_temperature`); `sums_tokens`: the loss is a sum over
-tokens (SFT), so padding-free packs its batches; `packs_scored_calls`: its calls' rows are one block of real
-tokens each (DPO and KTO flush left; GRPO and RLOO pad prompts left, completions right), packed inside each call
-where its batches stay padded (passes/padding_free/scored_calls.py); `reference_model`: it may hold its own
-reference model (`ref_model`, full fine-tuning), whose calls are answered too; `releases`: the TRL releases its
-calls were checked against (empty: any; tests/llm/test_trl_*.py); `refusal(trainer)`: a setting under which
-its calls are not answered (Liger's loss; WPO's weighting; GRPO's entropy bonus, which takes a gradient through
-the entropy the chunked op returns without one; `cast_lm_head_to_fp32`, which replaces the head's forward).
-
-A TRL trainer whose calls are not answered (any but SFT: another release, a refusal; ORPO and every trainer
-not in the table) scores its tokens itself: label sparsity is refused for it, with why. What turbotrain
-touches of TRL's private names is trl_boundary.py.
+Per row: `weighting` of its `fused_lm_head` calls' log-probs, for the chunked head to answer them
+(passes/fused_head_calls.py): "equal" (SFT, `loss_type="nll"`: -Σ log_probs / n), "per_row" (DPO, KTO: each
+sequence's summed log-probs by its own factor; GRPO per token, RLOO per sequence, at the sampling temperature:
+`sampling_temperature`); `sums_tokens` (SFT): padding-free packs its batches; `packs_scored_calls`: each call's
+rows are one block of real tokens, packed inside the call (passes/padding_free/scored_calls.py);
+`reference_model`: its own `ref_model` (full fine-tuning), answered too; `releases`: the TRL releases its calls
+were checked against (empty: any); `refusal(trainer)`: a setting under which its calls are not answered (Liger's
+loss, WPO's weighting, GRPO's entropy bonus, which takes a gradient through the entropy the chunked op returns
+without one, `cast_lm_head_to_fp32`). A TRL trainer whose calls are not answered (another release, a refusal,
+ORPO and every trainer not in the table) scores its tokens itself: label sparsity is refused for it, with why.
 """
 
 from __future__ import annotations
