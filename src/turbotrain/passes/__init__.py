@@ -1,13 +1,6 @@
 """Exact rewrites of the model or the batch. Each pass: its exactness argument in its docstring, and its
-`PassSpec` registered at its bottom (registry.py); the import below registers them.
-
-The passes stand at this folder's top: a pass is one file (`fused_lora.py`), or a folder when it has helpers
-of its own, the pass in the folder's `__init__.py` and its helpers beside it (`padding_free/`: `packing.py`,
-`packed_attention.py`, `packed_sequences.py`, `layer_masks.py`, `check.py`; `label_sparsity/`: `host_rows.py`,
-`reference_calls.py`; `chunked_ce/`: `cuda.py`, `logprobs.py`; `embedding_grad/`: `tied_rows.py`). Also at
-the top: the machinery every pass shares (`registry.py`, `optimize.py`, `installed.py`, `self_check.py`,
-`sharded.py`), and `fused_head_calls.py`, which two passes share: label sparsity recognises TRL's
-`fused_lm_head` calls and whether they can be answered, the chunked head (its part) answers them.
+`PassSpec` registered at its bottom (registry.py); the import below registers them. What stands where in this
+folder (a pass a file, or a folder with its helpers; the shared machinery): docs/layout.md.
 
 `optimize(model)` installs the model-level passes on a model for use with a plain `Trainer` or a
 custom loop; `TurboTrainer` calls the same function.

@@ -63,14 +63,13 @@ class StepPlace:
 
 @dataclass(frozen=True)
 class TrainerFacts:
-    """What the trainer's own loss asks of the passes, built once by the trainer (from the TRL table,
-    integrations/trl/, for TRL's trainers) and handed to every pass's refusal and install; the defaults are a
-    plain `optimize()` call's. `sums_tokens`: the loss is a sum over tokens (Trainer's own, TRL's SFT), so packing
-    rows changes nothing. `fused_call_weighting`: how the trainer weights the log-probs of TRL's `fused_lm_head`
-    calls, for the chunked head to answer them (None: not answered; "equal", "per_row": passes/fused_head_calls.py),
-    at `fused_call_temperature`. `packs_scored_calls`: those calls' rows are one block of real tokens each, which
-    padding-free may pack inside each call (padding_free/scored_calls.py). `reference_model`: the trainer's own
-    reference model, whose calls label sparsity answers too. `refusals`: pass name -> why this trainer refuses it."""
+    """What the trainer's own loss asks of the passes, built once by the trainer (integrations/trl/ for TRL's) and
+    handed to every pass's refusal and install; the defaults are a plain `optimize()` call's. `sums_tokens`: a sum
+    over tokens (packing rows changes nothing). `fused_call_weighting`: how the loss weights TRL's `fused_lm_head`
+    calls' log-probs, for the chunked head to answer them at `fused_call_temperature` (None: not answered;
+    fused_head_calls.py). `packs_scored_calls`: those calls' rows are one block of real tokens each, packable
+    inside each call (padding_free/scored_calls.py). `reference_model`: its own, whose calls are answered too.
+    `refusals`: pass name -> why this trainer refuses it."""
 
     sums_tokens: bool = True
     fused_call_weighting: str | None = None
