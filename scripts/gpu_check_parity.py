@@ -41,7 +41,7 @@ from turbotrain import TurboTrainer, TurboTrainingArguments, optimize
 from turbotrain.backends import BackendUnavailable
 from turbotrain.passes.embedding_grad import apply_embedding_grad
 from turbotrain.passes.fused_optimizer import fused_adamw
-from turbotrain.passes.registry import StepPlace
+from turbotrain.passes.registry import StepPlace, TrainerFacts
 from turbotrain.passes.self_check import RunPrecision, run_precision
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -228,28 +228,24 @@ def _optimizer_row(device: torch.device) -> dict:
 
 
 SCORED_CALL_MODELS = ("llama", "qwen2-152k")  # GQA 2:1 (the varlen kernel's enable_gqa rule), the 152k head
-ANSWERED = dict(
-    padding_free=False, embedding_grad=False, fused_activation=False, chunked_cross_entropy="always",
-    fused_head_calls="per_row",
-)  # fmt: skip
+ANSWERED = dict(embedding_grad=False, fused_activation=False, chunked_cross_entropy="always")
+# what DPOTrainer's row of the TRL table gives the passes (integrations/trl/): per-row fused calls, packable
+SCORED_CALLS = TrainerFacts(sums_tokens=False, fused_call_weighting="per_row", packs_scored_calls=True)
 
 
 def _scored_call_row(kind: str, device: torch.device, dtype: torch.dtype) -> dict:
     """TRL's scored call (`fused_lm_head=True`, as DPO, KTO, GRPO and RLOO make it) answered by label sparsity,
     padded against packed inside the call (passes/padding_free/scored_calls.py): the per-row log-probs and
     every gradient of a DPO-like weighted sum, on a right-padded uneven batch."""
-    from turbotrain.passes.padding_free.scored_calls import pack_answered_calls
-
     row = {"check": f"padding_free (scored calls) / {kind}", "dtype": str(dtype).removeprefix("torch.")}
     try:
         stock = tiny_model(kind).to(device)
         packed = copy.deepcopy(stock)
         with run_precision(RunPrecision(device.type, None if dtype == torch.float32 else dtype)):
-            optimize(stock, **ANSWERED)
-            report = optimize(packed, **ANSWERED)
-            why = pack_answered_calls(report)
-        if why is not None:
-            return {**row, "result": "FAIL", "note": f"not packed: {why}"}
+            optimize(stock, padding_free=False, facts=SCORED_CALLS, **ANSWERED)
+            report = optimize(packed, padding_free=True, facts=SCORED_CALLS, **ANSWERED)
+        if report.padding_free is None:
+            return {**row, "result": "FAIL", "note": f"not packed: {report.skipped or report.not_applicable}"}
         batch = {k: v.to(device) for k, v in padded_batch(stock).items()}
         tokens = _count_packed_tokens(report.padding_free)
         expected, got = _scored_call(stock, batch, device, dtype), _scored_call(packed, batch, device, dtype)
