@@ -243,7 +243,7 @@ class TurboMixin(TrainerBoundary):
 
 
 def _like(trainer_class: type[Trainer], name: str):
-    """TurboMixin's method `name` with `trainer_class`'s signature for `inspect` (its `__wrapped__`)."""
+    """TurboMixin's method `name` with `trainer_class`'s signature and docstring for `inspect` (its `__wrapped__`)."""
     method = getattr(TurboMixin, name)
 
     @functools.wraps(getattr(trainer_class, name))
@@ -290,21 +290,10 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
             "__qualname__": name,
             "__doc__": f"`{trainer_class.__name__}` with turbotrain's passes and backends (`turbo()`).",
         }
-        namespace["__init__"] = _init_like(trainer_class)
-        namespace.update({step: _like(trainer_class, step) for step in WRAPPED_STEPS})
+        namespace.update({step: _like(trainer_class, step) for step in ("__init__", *WRAPPED_STEPS)})
         bases = (*(mixin for _, mixins in _INTEGRATIONS for mixin in mixins(trainer_class)), TurboMixin)
         _TRAINER_CLASSES[trainer_class] = type(name, (*bases, trainer_class), namespace)
     return _TRAINER_CLASSES[trainer_class]
-
-
-def _init_like(trainer_class: type[Trainer]):
-    """An `__init__` that is TurboMixin's, with `trainer_class`'s signature (and docstring) for `inspect`."""
-
-    @functools.wraps(trainer_class.__init__)
-    def __init__(self, *args, **kwargs):
-        TurboMixin.__init__(self, *args, **kwargs)
-
-    return __init__
 
 
 TurboSeq2SeqTrainer = turbo(Seq2SeqTrainer)  # was: Seq2SeqTrainer (with TurboSeq2SeqTrainingArguments)
