@@ -302,7 +302,7 @@ def summarize(
 def run_bench(
     workload: Workload, out_dir: str = "bench-out", console: Console | None = None, overwrite: bool = False
 ) -> dict:
-    console = console or Console(width=140)
+    console = console or Console(width=190)  # the table's 14 columns unabridged
     replacing = BENCH_RUN.claim(out_dir, overwrite)  # an earlier benchmark's --out: refused before measuring
     if replacing:
         console.print(replacing, soft_wrap=True)  # one line, however long
