@@ -1,73 +1,43 @@
-"""Padding-free training: train on packed rows (see packing.py) instead of padded batches, exactly.
+"""Padding-free training: train on packed rows (packing.py) instead of padded batches, exactly.
 
 Contract
 --------
-Supported: masked-LM, causal-LM and token-classification models of any family, and encoder sequence
-classification (BERT, RoBERTa, DistilBERT, ...), on SDPA, eager, flash or flex attention. Nothing in the
-model's code changes: the batch carries `position_ids` that restart per sequence, and each sequence's
-attention is kept to the sequence (the mask modes below), so each sequence sees exactly what it saw alone
-in its padded row, and the loss is the same token-weighted loss.
-
-First choice, "sequences" (no mask at all): SDPA and eager models are switched onto the packed-attention
-function (packed_attention.py: per-length SDPA or the model's eager code on CPU, a varlen kernel on CUDA),
-and the batch carries segment metadata (`cu_seq_lens_q`, packed_sequences.py) instead of a mask; flash
-attention models take the same `cu_seq_lens_q` / `max_length_q` keywords in Transformers' own varlen path.
-Rows then hold up to `row_tokens` tokens ("auto": the whole batch in one row). `remove()` switches the
-attention back. Where the self-check refuses it, or with `attention="masks"`, the mask modes below.
+Mask modes, the self-check and the refusals in full: docs/padding-free.md. Supported: masked-LM, causal-LM and
+token-classification models of any family, and encoder sequence classification (BERT, RoBERTa, DistilBERT, ...),
+on SDPA, eager, flash or flex attention. Nothing in the model's code changes: the batch carries `position_ids`
+that restart per sequence, and each sequence's attention is kept to the sequence, so each sequence sees exactly
+what it saw alone in its padded row, and the loss is the same token-weighted loss. The mask mode is the first of
+`mask_modes` whose self-check passes: "sequences" (no mask: SDPA and eager models switched onto
+packed_attention.py, flash models on Transformers' varlen path, both reading `cu_seq_lens_q`; rows of up to
+`row_tokens` tokens; `remove()` switches back), "block" (one block-diagonal mask), "positions" (causal models
+with windows or chunks: the model's own `masking_utils` masks each layer from the restarting `position_ids`,
+`use_cache=False`) or "layers" (one mask per `config.layer_types` kind, layer_masks.py). One block-diagonal mask
+for every layer would let a sliding layer see its whole sequence (Gemma-3: losses 1e-3 off stock).
 
 Sequence classification pools one output per sequence: a hook gathers each sequence's first token,
 [R, C, H] -> [N, 1, H], where the model pools (the base model's `pooler` input if it has one, else the
-base model's output), so the classifier sees the N pooled rows the padded batch would give.
+base model's output), so the classifier sees the N pooled rows the padded batch would give. Only causal LMs
+lose each sequence's first label in the packed rows (their shifted loss never reads it).
 
 Exact: same loss and gradients as the padded batch up to float summation order (fp32 ~1e-6), for a
 model without dropout. With dropout the packed tensors have other shapes than the padded ones, so
 dropout would draw other masks: the same distribution, not the same numbers step by step (run_glue.py
 and TRL's sft.py with default dropout differed from stock by ~1e-2). So a model that trains with
 dropout, or draws other random numbers in training (PhiMoE's sampled expert routing; found by the
-seeded ATen ops one tiny training-mode forward and backward runs, `modeling.draws_at_random`), is refused (one warning naming the option) unless
-`with_dropout=True` (`padding_free_with_dropout=True` in the arguments) asks for packing anyway.
+seeded ATen ops one tiny training-mode forward and backward runs, `modeling.draws_at_random`), is refused (one
+warning naming the option) unless `with_dropout=True` (`padding_free_with_dropout=True`) asks for packing anyway.
 Trainer features that draw random numbers per padded position step padding-free aside for the run (one log
 line, named in the summary; `trainer_refusal`): NEFTune (`neftune_noise_alpha`) adds uniform noise of scale
 `alpha / sqrt(L * d)` to the embeddings, with L the batch's padded length, drawn in the batch's shape, and
 Trainer adds its hook in `train()`, after the passes: a packed row's L (the whole batch's tokens) made the noise
 0.45x stock's at batch 8, and no option packs anyway. Losses with NEFTune equal stock's step by step.
 
-Refused (one warning, the model trains padded): PEFT prompt learning (prompt tuning, p-tuning, prefix tuning:
-`modeling.prompt_learning`; its virtual tokens come before each padded row, and PEFT drops the restarting
-`position_ids`), decoder sequence classification (GPT-2, Llama pool
-the last non-pad token of each padded row, found from `input_ids`), other tasks (QA, multiple
-choice: their labels are positions in the padded row), attention implementations other than SDPA,
-eager, flash and flex (paged attention, custom kernels), models whose outputs at real tokens change with the ids under the mask
-(`modeling.reads_masked_positions`: ConvBERT's span convolution reads its neighbours outside
-attention, so packed neighbours would change them by ~1e-5 relative, below the self-check's
-tolerance), models where a sequence's outputs change with the sequence packed before it (Jamba's
-Mamba layers, linear attention, short convolutions carry state along a row: `carries_state`, checked
-per output after the loss), and any model whose self-check (padded vs packed loss on a small
-synthetic batch of uneven lengths) disagrees.
-
-Layers with their own rule (sliding windows: Mistral, Gemma-2/3, Qwen2, Phi-3, Cohere2, GPT-OSS;
-ModernBERT's local band; Llama-4's chunks: `modeling.attention_spans`) must not be handed one
-block-diagonal mask: it would let a sliding layer see its whole sequence (a Gemma-3 row of 2,000
-tokens 4x further than its 512-token window; losses differed from stock by 1e-3). The spec's mask
-mode says how packed rows are masked instead (packing.py):
-* "block" (models without windows or chunks): the block-diagonal mask, as before;
-* "positions" (causal models with windows or chunks): no 4-D mask; the restarting `position_ids` let
-  the model's own `masking_utils` calls build every layer's mask, packed (each layer type's rule, with
-  positions counted within each sequence, and any `and_mask_function`/`or_mask_function` the model
-  adds), as Transformers does for packed rows; `use_cache=False` so that no cache hides the packing;
-* "layers" (bidirectional models with windows: ModernBERT; causal ones whose mask ignores
-  `position_ids`: GPT-OSS): one mask per `config.layer_types` kind, made by the `masking_utils`
-  function the model uses for that kind, packed (layer_masks.py); flex models without windows get one
-  block mask made the same way.
-Order tried ("sequences" first where the model's attention is SDPA or eager, then): "block" for models
-without windows, else "positions" then "layers" for causal models, "layers" for bidirectional ones;
-flex attention skips "block" (a dense mask would be added to its scores), flash takes "sequences" only.
-The first whose self-check passes is kept, and a model that passes none is refused.
-The self-check packs sequences longer than the largest window or chunk, two of them sharing a row,
-and compares every real token's output as well as the loss.
-
-Only causal LMs lose each sequence's first label in the packed rows (their shifted loss never reads
-it); token classification keeps every label where it is, on decoders (GPT-2, Llama) too.
+Refused (one warning, the model trains padded): PEFT prompt learning (`modeling.prompt_learning`: PEFT drops the
+restarting `position_ids`), decoder sequence classification (it pools the last non-pad token of each padded row),
+other tasks (QA, multiple choice: their labels are positions in the padded row), other attention implementations,
+models whose outputs at real tokens read the ids under the mask (`modeling.reads_masked_positions`: ConvBERT, by
+~1e-5 relative, below the self-check's tolerance), models that carry state along a row (`carries_state`: Mamba
+layers, linear attention), and any model whose self-check (check.py: padded vs packed, every token) disagrees.
 """
 
 from __future__ import annotations
@@ -143,7 +113,7 @@ def packing_spec(
 def mask_modes(model: nn.Module, causal: bool, attention: str = "packed") -> list[str]:
     """The mask modes to try for `model`, best first (module docstring): "sequences" first for SDPA and eager
     models (unless `attention="masks"`), then "block" unless its layers window or chunk attention."""
-    family = attention_family(hf_boundary.attention_implementation(modeling.unwrap(model).config))
+    family = attention_family(_implementation(model))
     if family == "flash":
         return ["sequences"]
     masked = ["positions", "layers"] if causal else ["layers"]
@@ -225,10 +195,7 @@ class PaddingFree(HookedPass):
             kwargs.pop("attention_mask", None)
             kwargs["use_cache"] = False
         elif self.spec.mask == "layers":
-            inner, causal = modeling.unwrap(module), self.spec.causal
-            positions = kwargs["position_ids"] - self.spec.position_offset
-            kinds = modeling.layer_types(inner)
-            kwargs["attention_mask"] = layer_masks(inner.config, segments, positions, dtype, kinds, causal)
+            kwargs["attention_mask"] = self._layer_masks(modeling.unwrap(module), kwargs, segments, dtype)
         elif mask is not None and mask.dim() == 4 and hf_boundary.attention_implementation(module.config) == "eager":
             kwargs["attention_mask"] = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill(
                 ~mask, torch.finfo(dtype).min
@@ -253,9 +220,11 @@ class PaddingFree(HookedPass):
                 f"turbotrain: padding-free: the model's attention became '{_implementation(inner)}' after "
                 "install; packed rows get per-layer masks"
             )
-            positions = kwargs["position_ids"] - self.spec.position_offset
-            kinds, causal = modeling.layer_types(inner), self.spec.causal
-            kwargs["attention_mask"] = layer_masks(inner.config, segments, positions, dtype, kinds, causal)
+            kwargs["attention_mask"] = self._layer_masks(inner, kwargs, segments, dtype)
+
+    def _layer_masks(self, inner: nn.Module, kwargs: dict, segments, dtype):
+        positions = kwargs["position_ids"] - self.spec.position_offset
+        return layer_masks(inner.config, segments, positions, dtype, modeling.layer_types(inner), self.spec.causal)
 
     def _clear(self, module, args, output):
         if self.attention is not None:
@@ -271,7 +240,7 @@ def _refusal(model: nn.Module, task: str | None, spec: PackingSpec, probe: bool 
         return "its task is not masked-LM, causal-LM, token or sequence classification"
     if task == "sequence_classification" and spec.causal:
         return "decoder sequence classification pools the last non-pad token of each padded row"
-    implementation = hf_boundary.attention_implementation(modeling.unwrap(model).config)
+    implementation = _implementation(model)
     if attention_family(implementation) is None:
         return (
             f"its attention implementation '{implementation}' is not one packing keeps exact (sdpa, eager, flash, flex)"
@@ -336,7 +305,7 @@ def apply_padding_free(
     """Install padding-free training on `model`; return the pass, or None (with one warning).
 
     A model that trains with dropout is refused unless `with_dropout` (packed rows draw other masks).
-    `row_tokens` ("auto", "longest" or an int): row capacity with packed attention (packing.py);
+    `row_tokens` ("auto", "longest" or a number): row capacity with packed attention (packing.py);
     `attention`: "packed" tries the packed-attention function first, "masks" only the mask modes."""
     if attention not in ATTENTION_CHOICES:
         raise ValueError(f"attention must be one of {ATTENTION_CHOICES}, not {attention!r}")
@@ -405,11 +374,6 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     return f"{name} computes its own loss, which may read rows"
 
 
-def _row_tokens(value) -> int | str:
-    """`padding_free_row_tokens` as packing takes it: "auto", "longest" or an int."""
-    return int(value) if str(value).isdigit() else str(value)
-
-
 @dataclass(frozen=True)
 class PaddingFreeOptions(PassOptions):
     padding_free: bool = option(
@@ -448,7 +412,7 @@ register_pass(
             model,
             check=setup.check,
             with_dropout=setup.options.padding_free_with_dropout,
-            row_tokens=_row_tokens(setup.options.padding_free_row_tokens),
+            row_tokens=setup.options.padding_free_row_tokens,  # packing.py reads a number given as text
             attention=setup.options.padding_free_attention,
         ),
         refused_by_trainer=trainer_refusal,
