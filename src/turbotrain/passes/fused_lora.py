@@ -51,7 +51,7 @@ from torch import nn
 
 from turbotrain.boundaries.hf_boundary import sharding_engine
 from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
-from turbotrain.passes.self_check import never_raises
+from turbotrain.passes.self_check import forward_raises, never_raises
 from turbotrain.utils.warnings import log_once, warn_once
 
 AUTOCAST_DEVICES = ("cpu", "cuda")  # where the fused op runs: autocast casts as for stock linear layers there
@@ -219,15 +219,13 @@ def _layer_mismatch(layer: nn.Module) -> str | None:
     g = torch.randn(2, 3, layer.out_features, generator=generator).to(weight.device, weight.dtype)
     mixed = _mixed_dtypes(layer)
     tolerance = 1e-4 if weight.dtype == torch.float32 and not mixed else 2e-2
-    try:
-        with torch.enable_grad(), torch.autocast(weight.device.type, dtype=weight.dtype, enabled=mixed):
-            results = []
-            for forward in (type(layer).forward, _fused_forward):
-                y = forward(layer, x)
-                inputs = [x] + [p for p in params if p.requires_grad]
-                results.append([y, *torch.autograd.grad(y, inputs, g)])
-    except Exception as error:  # the check must never take training down with it
-        return f"the fused forward raised {type(error).__name__}: {error}"
+    autocast = torch.autocast(weight.device.type, dtype=weight.dtype, enabled=mixed)
+    with forward_raises("fused forward"), torch.enable_grad(), autocast:
+        results = []
+        for forward in (type(layer).forward, _fused_forward):
+            y = forward(layer, x)
+            inputs = [x] + [p for p in params if p.requires_grad]
+            results.append([y, *torch.autograd.grad(y, inputs, g)])
     for expected, got in zip(*results):
         scale = expected.abs().max().clamp_min(1e-12)
         if not (got - expected).abs().max() <= tolerance * scale:

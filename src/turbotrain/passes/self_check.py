@@ -6,7 +6,8 @@ problem. `check_under_run_precision` runs them as the run will: under its autoca
 TurboTrainer sets around the install), with gradients into `.grad` (put back after), and also refuses NaN or inf
 gradients where stock's are finite. `check_batch(model, lengths, ...)` is `modeling.synthetic_batch`, or None and
 why (a speech encoder's feature layout): the check then fails. `never_raises`, on every pass's install check: an
-exception comes back as the problem (whatever the model returns), and the pass steps aside with a warning.
+exception comes back as the problem (whatever the model returns), and the pass steps aside with a warning;
+inside `forward_raises(what)` it comes back as "the {what} raised {type}: {error}".
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ def never_raises(check: Callable[..., str | None]) -> Callable[..., str | None]:
     def guarded(*args, **kwargs) -> str | None:
         try:
             return check(*args, **kwargs)
+        except _Raised as raised:
+            return str(raised)
         except Exception as error:
             return f"the check could not compare the outputs ({type(error).__name__}: {_first_line(error)})"
 
@@ -40,6 +43,18 @@ def never_raises(check: Callable[..., str | None]) -> Callable[..., str | None]:
 
 def _first_line(error: Exception) -> str:
     return (str(error).strip().splitlines() or [""])[0]
+
+
+class _Raised(Exception):
+    """An exception of a check's forward, worded as the check's problem (`never_raises` returns it)."""
+
+
+@contextlib.contextmanager
+def forward_raises(what: str):
+    try:
+        yield
+    except Exception as error:
+        raise _Raised(f"the {what} raised {type(error).__name__}: {error}") from error
 
 
 def check_batch(model: nn.Module, lengths: list[int], **kwargs) -> tuple[dict | None, str | None]:
@@ -52,11 +67,8 @@ def check_batch(model: nn.Module, lengths: list[int], **kwargs) -> tuple[dict | 
 
 @never_raises
 def compare_losses(model: nn.Module, stock: Callable, rewritten: Callable, what: str) -> str | None:
-    try:
-        with training_mode(model, False), torch.no_grad():
-            expected, got = stock().loss, rewritten().loss
-    except Exception as error:  # the check must never take training down with it
-        return f"the {what} forward raised {type(error).__name__}: {error}"
+    with forward_raises(f"{what} forward"), training_mode(model, False), torch.no_grad():
+        expected, got = stock().loss, rewritten().loss
     if expected is None or got is None:
         return "the model returned no loss for labels"
     tolerance = 1e-4 if expected.dtype == torch.float32 else 2e-2
@@ -118,11 +130,9 @@ def check_under_run_precision(model: nn.Module, stock: Callable, rewritten: Call
     trainable = [p for p in model.parameters() if p.requires_grad]
     saved = [p.grad for p in trainable]
     try:
-        with training_mode(model, False):
+        with forward_raises(f"{what} forward or backward"), training_mode(model, False):
             expected, stock_bad = _loss_and_bad_gradients(stock, trainable, precision)
             got, bad = _loss_and_bad_gradients(rewritten, trainable, precision)
-    except Exception as error:  # the check must never take training down with it
-        return f"the {what} forward or backward raised {type(error).__name__}: {error}"
     finally:
         for parameter, grad in zip(trainable, saved):
             parameter.grad = grad

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from turbotrain import modeling
+from turbotrain.passes import self_check as checks
 from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS, PackingSpec, pack_batch
-from turbotrain.passes.self_check import check_under_run_precision, compare_losses, current_precision, never_raises
 from turbotrain.utils.mode import training_mode
 
 
@@ -26,10 +26,10 @@ def _loss_check(model: nn.Module):
     """The loss comparison for this run: forward and backward under its autocast, NaN/inf gradients refused,
     where the run is on an accelerator or in half precision (where kernels differ: cuDNN's masked attention);
     a forward in the model's dtype on an fp32 CPU run (flex attention has no CPU backward to run there)."""
-    precision = current_precision(model)
+    precision = checks.current_precision(model)
     if precision.device_type == "cpu" and precision.autocast_dtype is None:
-        return compare_losses
-    return check_under_run_precision
+        return checks.compare_losses
+    return checks.check_under_run_precision
 
 
 def check_lengths(model: nn.Module) -> tuple[list[int], int]:
@@ -45,7 +45,7 @@ def check_lengths(model: nn.Module) -> tuple[list[int], int]:
     return [window + 2, window + 1, 3], 2 * window + 6
 
 
-@never_raises
+@checks.never_raises
 def self_check(model: nn.Module, installed, task: str) -> str | None:
     """Padded vs packed loss and per-token outputs on an uneven batch longer than any window, then
     `carries_state`; a description of the problem, or None."""
@@ -76,11 +76,8 @@ def _stock_forward(model: nn.Module, installed, batch: dict):
 
 def _padded_outputs_changed(model: nn.Module, stock, padded: dict) -> str | None:
     """Whether a padded batch through the packed-attention function (evaluation) gives other outputs than stock."""
-    try:
-        with training_mode(model, False), torch.no_grad():
-            expected, got = stock().logits, model(**padded).logits
-    except Exception as error:
-        return f"the padded forward through packed attention raised {type(error).__name__}: {error}"
+    with checks.forward_raises("padded forward through packed attention"), training_mode(model, False), torch.no_grad():
+        expected, got = stock().logits, model(**padded).logits
     if not torch.equal(expected, got):
         return f"padded outputs through packed attention differ from stock by {(expected - got).abs().max():.3g}"
     return None
@@ -91,18 +88,15 @@ def _packed(padded: dict, spec: PackingSpec, device, capacity: int = 0) -> dict:
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in packed.items()}
 
 
-@never_raises
+@checks.never_raises
 def compare_token_outputs(model: nn.Module, padded: dict, packed: dict, stock=None) -> str | None:
     """None when every real token's logits (per-sequence logits for a pooling classifier) agree between the
     padded and the packed forward (1e-4 of the largest in fp32, 2e-2 otherwise), else what differs. A loss
     hides a change at a few tokens (ModernBERT's local band moved the loss by 1.7e-5 only). `stock`: the
     padded forward to compare with (default: the model's on `padded`)."""
-    try:
-        with training_mode(model, False), torch.no_grad():
-            stock = stock() if stock is not None else model(**padded)
-            stock, rewritten = stock.logits, model(**packed).logits
-    except Exception as error:
-        return f"the packed forward raised {type(error).__name__}: {error}"
+    with checks.forward_raises("packed forward"), training_mode(model, False), torch.no_grad():
+        stock = stock() if stock is not None else model(**padded)
+        stock, rewritten = stock.logits, model(**packed).logits
     tokens = padded["attention_mask"].bool()
     problem = _unaligned(stock, rewritten, tokens)
     if problem is not None:

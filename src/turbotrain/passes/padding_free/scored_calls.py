@@ -48,7 +48,7 @@ from turbotrain.passes.padding_free import packing_spec, refusal_of_model
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, sequence_metadata
 from turbotrain.passes.registry import Setup, register_variant
-from turbotrain.passes.self_check import check_batch, never_raises
+from turbotrain.passes.self_check import check_batch, forward_raises, never_raises
 from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import log_once
@@ -197,16 +197,13 @@ def _compare(model: nn.Module, packer: PackedScoredCalls, call: dict, side: str)
     if layout is None:
         return f"the check's {side}-padded batch was not packed: {why}"
     body = modeling.unwrap(model).base_model
-    try:
-        with training_mode(model, False), torch.no_grad():
-            padded = body(**call).last_hidden_state
-            packer.switch.mark_packed()
-            try:
-                packed = body(**layout.call(call)).last_hidden_state
-            finally:
-                packer.switch.unmark()
-    except Exception as error:  # the check must never take training down with it
-        return f"the packed forward raised {type(error).__name__}: {error}"
+    with forward_raises("packed forward"), training_mode(model, False), torch.no_grad():
+        padded = body(**call).last_hidden_state
+        packer.switch.mark_packed()
+        try:
+            packed = body(**layout.call(call)).last_hidden_state
+        finally:
+            packer.switch.unmark()
     tokens = tuple(call["attention_mask"].shape)
     if padded.dim() != 3 or padded.shape[:2] != tokens or tuple(packed.shape[:-1]) != (1, layout.tokens):
         shapes = f"{tuple(padded.shape)} padded, {tuple(packed.shape)} packed"
