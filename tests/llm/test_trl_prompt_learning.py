@@ -27,6 +27,13 @@ def prompt_tuning():
     return PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=VIRTUAL_TOKENS)
 
 
+def p_tuning():
+    """TRL's own two tests use this one: `PromptEncoderConfig`, an MLP encoder of the virtual tokens."""
+    from peft import PromptEncoderConfig
+
+    return PromptEncoderConfig(task_type="CAUSAL_LM", num_virtual_tokens=VIRTUAL_TOKENS)
+
+
 def prefix_tuning():
     from peft import PrefixTuningConfig
 
@@ -74,16 +81,17 @@ def assert_only_the_prompt_encoder_trained(trainer, before):
             assert not torch.allclose(now, parameter), name
 
 
+@pytest.mark.parametrize("peft_config", [prompt_tuning, p_tuning], ids=["prompt_tuning", "p_tuning"])
 @pytest.mark.parametrize("wrapped", [False, True], ids=["peft_config", "peft_model"])
-def test_prompt_tuning_trains_as_stock_with_the_token_passes_aside(tmp_path, wrapped):
+def test_prompt_tuning_trains_as_stock_with_the_token_passes_aside(tmp_path, wrapped, peft_config):
     with pytest.warns(TurbotrainWarning, match="virtual tokens prepended to each row") as said:
-        trainer, losses, before = run(tmp_path, True, wrapped)
+        trainer, losses, before = run(tmp_path, True, wrapped, peft_config)
     refused = [str(w.message) for w in said if "virtual tokens" in str(w.message)]
     assert any("padding-free left" in m for m in refused) and any("label sparsity left" in m for m in refused)
     report = trainer.turbo_report
     assert {"padding_free", "label_sparsity"} <= set(report.skipped) and "padding_free" not in report.applied
     assert_only_the_prompt_encoder_trained(trainer, before)
-    stock, stock_losses, _ = run(tmp_path, False, wrapped)
+    stock, stock_losses, _ = run(tmp_path, False, wrapped, peft_config)
     assert_losses_close(losses, stock_losses, rtol=1e-6)
 
 
