@@ -12,52 +12,18 @@ package (jax's one private, a jitted function's cache size, is in jax_boundary.p
 * `aot_autograd(...)`: Dynamo's AOTAutograd backend factory (forward and backward graph compilers).
 * `core_aten_decompositions()`: the core ATen decomposition table every traced training graph starts from.
 * `no_duck_shapes()`: symbolic tracing without duck shapes (equal sizes stay distinct symbols).
-* `TorchDispatchMode`, `OpOverloadPacket`: the classes behind `__torch_dispatch__` modes and `torch.ops.*.*`.
 * `op_arguments(op)`: an ATen overload's schema arguments (name, default_value).
 * `fused_optimizer_devices()`: the device types with a fused (single-kernel) AdamW in this torch build.
-* `at_backward_end(callback)`: run `callback` once the running backward pass has finished (the autograd
-  engine's callback queue, as DDP uses it); call it from inside a backward.
-* `backward_task_id()`: an id of the running backward pass (the engine's graph task).
-* `will_accumulate(accumulator)`: whether the running backward executes a leaf's gradient accumulator (a
-  `.backward()` does; `torch.autograd.grad` captures leaves instead and never does).
 * `tensor_version(tensor)`: the tensor's in-place update counter (autocast's cast cache keys on it too).
-* `saved_tensors_hooks_active()`: whether a `torch.autograd.graph.saved_tensors_hooks` context (non-reentrant
-  gradient checkpointing, `save_on_cpu`, a user's) decides now what autograd keeps for the backward;
-  `saved_tensors_hooks_refused(tensor)`: whether new saved-tensor hooks cannot be used for a graph on `tensor` (a
-  `torch.func` transform's wrapped tensor, or hooks switched off by torch).
-* `module_hooks_apply(module)`: whether a call of `module` runs forward hooks (its own or global ones).
-* `run_backward(tensors, grad_tensors, retain_graph, create_graph, inputs)`: `torch.autograd.backward`
-  past its `__torch_function__` check (`torch.autograd._make_grads`, `torch.autograd.graph._engine_run_backward`),
-  so the engine starts under the torch function modes on the stack now (bf16_emulation.py: a mode's handler
-  runs with that mode popped, and the engine keeps the mode stack it started with for the whole backward).
+The others say what they wrap in their own docstrings.
 """
 
 from __future__ import annotations
 
 import torch
 from torch import nn
-from torch._ops import OpOverloadPacket
-from torch.utils._python_dispatch import TorchDispatchMode
-
-__all__ = [
-    "OpOverloadPacket",
-    "TorchDispatchMode",
-    "aot_autograd",
-    "at_backward_end",
-    "backward_task_id",
-    "core_aten_decompositions",
-    "fused_optimizer_devices",
-    "inductor_compile",
-    "no_duck_shapes",
-    "op_arguments",
-    "run_backward",
-    "module_hooks_apply",
-    "saved_tensors_hooks_active",
-    "saved_tensors_hooks_refused",
-    "uncompile",
-    "tensor_version",
-    "will_accumulate",
-]
+from torch._ops import OpOverloadPacket  # noqa: F401  (re-exported: the class behind `torch.ops.*.*`)
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: F401  (re-exported: `__torch_dispatch__` modes)
 
 
 def inductor_compile(graph_module: torch.fx.GraphModule, example_inputs, config_patches: dict):
@@ -187,7 +153,8 @@ def run_backward(
     inputs: tuple[torch.Tensor, ...],
 ) -> None:
     """What `torch.autograd.backward` does once its arguments are tuples and no `__torch_function__` took the call:
-    the gradients made as it makes them, then the engine, accumulating into the leaves."""
+    the gradients made as it makes them, then the engine, accumulating into the leaves. So the engine starts under
+    the torch function modes on the stack now (bf16_emulation.py: a mode's handler runs with that mode popped)."""
     from torch.autograd import _make_grads
     from torch.autograd.graph import _engine_run_backward
 
