@@ -13,26 +13,17 @@ adapter's input gradients, a new [N, in] tensor. With x [N, in], W [out, in], A 
 No gradient is built for the frozen W or b (stock builds none either); it saves what stock saves (x and h;
 W, A and B are parameters), and peaks lower: one [N, out] tensor in forward where stock holds up to three,
 one [N, in] in backward where stock holds two. Measured: see benchmarks/2026-12-01-cpu-fused-lora-op.md.
-
-Not done, measured: computing the base and A projections in one GEMM over stacked [W; A] (or [Wq; Wk; Wv;
-Aq; Ak; Av] for q/k/v, [W_gate; W_up; ...] for gate/up). Stacking per step copies W (out·in) every call;
-stacking once makes W and A views of one storage, which Transformers' `save_pretrained` reads as tied
-weights and `torch.save` writes whole; and the single GEMM measured no faster than the separate ones
-within the noise of this shared machine (the benchmark page has the figures).
+Not done, measured (docs/fused_lora.md): the base and A projections in one GEMM over stacked [W; A].
 
 Exact: the same products and sums; only the float rounding of `s` and of the in-place adds differs
 (fp32: output and every gradient within 1e-5 relative, tests/passes/test_fused_lora.py; bf16: loose).
 Under autocast the inputs are cast to the autocast dtype first, as autocast casts them for stock's
 linear layers, and the op runs with autocast off.
 
-Where: every `peft.tuners.lora.Linear` (exactly that class: PEFT's quantized and other variants are their
-own classes) whose base is a plain `nn.Linear` and whose active adapter has `lora_dropout=0`, no DoRA or
-other variant, no `lora_bias`, fp32/bf16/fp16 plain tensors, a frozen base, no hooks on its modules and
-no merged adapter. Other LoRA layers stay stock, one info line says how many and why. Adapters in another
-dtype than the base (PEFT's fp32 adapters on a bf16 model) fuse only under autocast, where stock computes
-in one dtype too. Each call checks the state again (a later `merge_adapter()`, `disable_adapter()`,
-`set_adapter([...])`, extra arguments, `torch.compile` or `torch.export` tracing, devices other than CPU
-and CUDA, mixed dtypes without autocast) and runs stock's forward where it no longer holds.
+Where: every `peft.tuners.lora.Linear` (exactly that class) that `refusal` accepts (the list: docs/fused_lora.md);
+other LoRA layers stay stock, one info line says how many and why. Adapters in another dtype than the base fuse
+only under autocast, where stock computes in one dtype too. Each call checks again (`refusal`, tracing, devices
+other than CPU and CUDA) and runs stock's forward where it no longer holds.
 Refused in a run whose parameters an engine shards (DeepSpeed ZeRO-3, FSDP: `trainer_refusal`, naming it): the
 engine gathers each module's parameters for that module's own call, not its parent's.
 Saved state is untouched: the same parameters (state dict keys, `save_pretrained`, `merge_and_unload` as stock's); `remove()` takes the forwards off. At install one layer of each shape is compared with
