@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 from transformers.activations import FastGELUActivation, NewGELUActivation
 
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, option, register_pass
 from turbotrain.passes.self_check import never_raises
 from turbotrain.utils.warnings import warn_once
 
@@ -101,11 +101,9 @@ class FusedActivationOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="fused_activation",
-        options_class=FusedActivationOptions,
-        order=50,
-        install=lambda model, setup: apply_fused_activation(model),
-        refused_for=has_tanh_gelu,  # no tanh GELU: nothing to do
-    )
+    name="fused_activation",
+    options_class=FusedActivationOptions,
+    order=50,
+    install=lambda model, setup: apply_fused_activation(model),
+    refused_for=has_tanh_gelu,  # no tanh GELU: nothing to do
 )

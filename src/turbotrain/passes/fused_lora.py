@@ -41,7 +41,7 @@ import torch
 from torch import nn
 
 from turbotrain.boundaries.hf_boundary import sharding_engine
-from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
 from turbotrain.utils.warnings import log_once, warn_once
 
@@ -290,12 +290,10 @@ class FusedLoraOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="fused_lora",
-        options_class=FusedLoraOptions,
-        order=55,
-        install=lambda model, setup: apply_fused_lora(model, check=setup.check),
-        refused_for=lambda model: bool(lora_layers(model)),  # no LoRA layer: nothing to do
-        refused_by_trainer=trainer_refusal,
-    )
+    name="fused_lora",
+    options_class=FusedLoraOptions,
+    order=55,
+    install=lambda model, setup: apply_fused_lora(model, check=setup.check),
+    refused_for=lambda model: bool(lora_layers(model)),  # no LoRA layer: nothing to do
+    refused_by_trainer=trainer_refusal,
 )

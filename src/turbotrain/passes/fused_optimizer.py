@@ -20,7 +20,7 @@ import torch
 from transformers.training_args import OptimizerNames
 
 from turbotrain.boundaries.torch_boundary import fused_optimizer_devices
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, option, register_pass
 
 ORT_FUSED_ALIAS = "adamw_ort_fused"
 FUSABLE = {OptimizerNames.ADAMW_TORCH.value, OptimizerNames.ADAMW_TORCH_FUSED.value}
@@ -71,10 +71,8 @@ class FusedOptimizerOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="fused_optimizer",
-        options_class=FusedOptimizerOptions,
-        order=60,
-        install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`
-    )
+    name="fused_optimizer",
+    options_class=FusedOptimizerOptions,
+    order=60,
+    install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`
 )

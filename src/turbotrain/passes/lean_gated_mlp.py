@@ -55,7 +55,7 @@ from turbotrain.boundaries.torch_boundary import (
     tensor_version,
 )
 from turbotrain.modeling import gated_mlps
-from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
 from turbotrain.utils.mode import training_mode
 from turbotrain.utils.warnings import warn_once
@@ -266,12 +266,10 @@ class LeanGatedMlpOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="lean_gated_mlp",
-        options_class=LeanGatedMlpOptions,
-        order=57,
-        install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
-        refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do
-        refused_by_trainer=trainer_refusal,
-    )
+    name="lean_gated_mlp",
+    options_class=LeanGatedMlpOptions,
+    order=57,
+    install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
+    refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do
+    refused_by_trainer=trainer_refusal,
 )

@@ -145,8 +145,9 @@ class PassSpec:
         return self.label(installed) if self.label is not None else self.name
 
 
-def register_pass(spec: PassSpec) -> PassSpec:
-    """Add `spec` to the registry; its options class must name its switch after it."""
+def register_pass(spec: PassSpec | None = None, **fields) -> PassSpec:
+    """Add `spec` (or `PassSpec(**fields)`) to the registry; its options class must name its switch after it."""
+    spec = spec if spec is not None else PassSpec(**fields)
     if spec.options[0].name != spec.name:
         raise ValueError(f"pass '{spec.name}': the first field of {spec.options_class.__name__} is its switch")
     taken = {option.name for known in _PASSES.values() for option in known.options}

@@ -56,7 +56,7 @@ from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
 from turbotrain.passes.chunked_ce import cuda
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
-from turbotrain.passes.registry import PassOptions, PassSpec, option, register_pass
+from turbotrain.passes.registry import PassOptions, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.utils.warnings import warn_once
 
@@ -406,15 +406,13 @@ class ChunkedCrossEntropyOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name=NAME,
-        options_class=ChunkedCrossEntropyOptions,
-        order=20,
-        # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands
-        # it; reported under its own name. Its refusals leave label sparsity on, with their own warning.
-        install=None,
-        part_of="label_sparsity",
-        label=_label,
-        listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
-    )
+    name=NAME,
+    options_class=ChunkedCrossEntropyOptions,
+    order=20,
+    # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands
+    # it; reported under its own name. Its refusals leave label sparsity on, with their own warning.
+    install=None,
+    part_of="label_sparsity",
+    label=_label,
+    listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
 )

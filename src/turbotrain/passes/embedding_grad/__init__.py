@@ -51,7 +51,7 @@ from turbotrain import modeling
 from turbotrain.boundaries.hf_boundary import sharding_engine
 from turbotrain.passes import sharded
 from turbotrain.passes.embedding_grad.tied_rows import TiedRows
-from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.utils.warnings import log_once, warn_once
 
 
@@ -252,15 +252,13 @@ class EmbeddingGradOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="embedding_grad",
-        options_class=EmbeddingGradOptions,
-        order=40,
-        install=lambda model, setup: apply_embedding_grad(model),
-        refused_for=lambda model: False,
-        refused_by_trainer=trainer_refusal,
-        not_applicable=lambda model: (
-            None if modeling.input_embedding(model) is not None else f"{type(model).__name__} has no input embedding"
-        ),
-    )
+    name="embedding_grad",
+    options_class=EmbeddingGradOptions,
+    order=40,
+    install=lambda model, setup: apply_embedding_grad(model),
+    refused_for=lambda model: False,
+    refused_by_trainer=trainer_refusal,
+    not_applicable=lambda model: (
+        None if modeling.input_embedding(model) is not None else f"{type(model).__name__} has no input embedding"
+    ),
 )

@@ -75,7 +75,7 @@ from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.label_sparsity import host_rows
 from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
-from turbotrain.passes.registry import PassOptions, PassSpec, Setup, StepPlace, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import PassOptions, Setup, StepPlace, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
 from turbotrain.utils.batch_keys import HOST_ROWS_KEYS
 from turbotrain.utils.warnings import warn_once
@@ -398,14 +398,12 @@ class LabelSparsityOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="label_sparsity",
-        options_class=LabelSparsityOptions,
-        order=10,
-        install=_install,
-        refused_by_trainer=reads_full_logits,
-        refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
-        collator=host_rows_step,
-        batch_keys=HOST_ROWS_KEYS,
-    )
+    name="label_sparsity",
+    options_class=LabelSparsityOptions,
+    order=10,
+    install=_install,
+    refused_by_trainer=reads_full_logits,
+    refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
+    collator=host_rows_step,
+    batch_keys=HOST_ROWS_KEYS,
 )

@@ -62,7 +62,7 @@ from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: 
 from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
-from turbotrain.passes.registry import PassOptions, PassSpec, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
 from turbotrain.utils.warnings import warn_once
 
@@ -404,22 +404,20 @@ class PaddingFreeOptions(PassOptions):
 
 
 register_pass(
-    PassSpec(
-        name="padding_free",
-        options_class=PaddingFreeOptions,
-        order=30,
-        install=lambda model, setup: apply_padding_free(
-            model,
-            check=setup.check,
-            with_dropout=setup.options.padding_free_with_dropout,
-            row_tokens=setup.options.padding_free_row_tokens,  # packing.py reads a number given as text
-            attention=setup.options.padding_free_attention,
-        ),
-        refused_by_trainer=trainer_refusal,
-        not_applicable=modeling.without_token_input,
-        # the batches stay padded where only TRL's scored calls are packed, inside each call (scored_calls.py)
-        label=lambda installed: getattr(installed, "label", "padding_free"),
-        collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
-        batch_keys=PACKING_KEYS,
-    )
+    name="padding_free",
+    options_class=PaddingFreeOptions,
+    order=30,
+    install=lambda model, setup: apply_padding_free(
+        model,
+        check=setup.check,
+        with_dropout=setup.options.padding_free_with_dropout,
+        row_tokens=setup.options.padding_free_row_tokens,  # packing.py reads a number given as text
+        attention=setup.options.padding_free_attention,
+    ),
+    refused_by_trainer=trainer_refusal,
+    not_applicable=modeling.without_token_input,
+    # the batches stay padded where only TRL's scored calls are packed, inside each call (scored_calls.py)
+    label=lambda installed: getattr(installed, "label", "padding_free"),
+    collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
+    batch_keys=PACKING_KEYS,
 )
