@@ -4,6 +4,7 @@ audit of turbotrain's steps, then the benchmark table against stock and its peer
     python scripts/gpu_check.py --out gpu_check.md                    # on a CUDA GPU: all of it
     python scripts/gpu_check.py --device cpu --quick                  # CI: the same code paths at tiny sizes
     python scripts/gpu_check.py --only parity,sync,backends,bench --budget-s 420
+    python scripts/gpu_check.py --only realshape --out realshape.md   # published shapes, 3 rounds (330 s)
 
 Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each measures):
   parity    every pass, alone and together, one step against stock: loss, every gradient, finiteness
@@ -11,6 +12,8 @@ Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each 
   backends  inductor and onnxruntime one step against eager; xla three Trainer steps against stock
   sharded   DeepSpeed ZeRO-3 and FSDP2 (torchrun, a process per GPU): losses and weights against stock under each
   bench     sft, sft-lora, clm, mlm, asr in bf16: tokens/s, MFU (H200 bf16 peak), peak memory, loss vs stock
+  realshape Qwen2.5-0.5B and Llama-3.2-1B shapes: SFT full and LoRA, DPO; 3 interleaved rounds, medians (not
+            in the default sections: `--only realshape`, its own default budget of 330 s)
 Time: `--budget-s` (default 450 on CUDA: under 8 minutes on one H200 with the start-up) bounds the whole run;
 the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
 would start too late is listed as skipped, never cut off midway. Offline: models from configs, data made
@@ -40,7 +43,8 @@ os.environ.setdefault("TURBOTRAIN_CACHE", tempfile.mkdtemp(prefix="turbotrain-gp
 
 import torch  # noqa: E402
 
-SECTIONS = ("parity", "sync", "backends", "sharded", "bench")
+SECTIONS = ("parity", "sync", "backends", "sharded", "bench", "realshape")
+DEFAULT_SECTIONS = SECTIONS[:-1]
 NEED_S = {"torch_compile": 75.0}  # seconds a row needs left to start (compiling rows more)
 DEFAULT_NEED_S = 20.0
 
@@ -171,7 +175,13 @@ class Report(list):
 
 
 def run(
-    device: torch.device, quick: bool, sections: list[str], budget_s: float, out: Path | None = None
+    device: torch.device,
+    quick: bool,
+    sections: list[str],
+    budget_s: float,
+    out: Path | None = None,
+    shapes: tuple[str, ...] | None = None,
+    peers: tuple[str, ...] | None = None,
 ) -> tuple[str, bool]:
     from scripts import gpu_check_parity as parity
 
@@ -206,6 +216,12 @@ def run(
         columns = ["task", "peer", "tokens/s", "vs stock", "MFU", "peak GiB", "loss vs stock", "result", "note"]
         peak = "H200 dense bf16 989.4 TFLOP/s" if device.type == "cuda" else "this CPU's measured fp32 matmul peak"
         parts.append(f"## Benchmark (bf16 on CUDA; MFU against {peak})\n\n" + markdown(bench, columns))
+    if "realshape" in sections:
+        from scripts.gpu_check_realshape import COLUMNS, SHAPES, realshape_rows
+
+        rows, peak = realshape_rows(device, quick, deadline, shapes or SHAPES, peers)
+        checked += rows
+        parts.append(f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n" + markdown(rows, COLUMNS))
     failed = [r for r in checked if str(r.get("result", "")).startswith(("FAIL", "ERROR"))]
     failed += [r for r in bench if r.get("result") == "ERROR"]
     parts.append(f"\n{len(failed)} failing row(s); {max(deadline.left(), 0):.0f} s of the budget left.\n")
@@ -216,7 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu")
     parser.add_argument("--quick", action="store_true", help="tiny sizes and one timed step per peer (CI)")
-    parser.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}")
+    parser.add_argument(
+        "--only", default=",".join(DEFAULT_SECTIONS), help=f"comma-separated sections: {', '.join(SECTIONS)}"
+    )
+    parser.add_argument("--shapes", default=None, help="realshape: comma-separated shapes (default both)")
+    parser.add_argument("--peers", default=None, help="realshape: comma-separated peers (each workload's stock too)")
     parser.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (default 450 on CUDA)")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here (after each section)")
     args = parser.parse_args(argv)
@@ -228,9 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    budget = args.budget_s if args.budget_s is not None else (450.0 if device.type == "cuda" else 3600.0)
+    default = 330.0 if sections == ["realshape"] else 450.0  # realshape: gpu_check_realshape.py's arithmetic
+    budget = args.budget_s if args.budget_s is not None else (default if device.type == "cuda" else 3600.0)
+    shapes = tuple(args.shapes.split(",")) if args.shapes else None
+    peers = tuple(args.peers.split(",")) if args.peers else None
     start = time.monotonic()
-    report, ok = run(device, args.quick, sections, budget, args.out)
+    report, ok = run(device, args.quick, sections, budget, args.out, shapes, peers)
     wall = f"Wall time {time.monotonic() - start:.0f} s.\n"
     report += wall
     print(wall)

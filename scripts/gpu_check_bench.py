@@ -312,11 +312,14 @@ def common_arguments(output_dir: str, s: Sizes, device: torch.device, quick: boo
     )
 
 
-def make_trainer(task, peer, model, examples, output_dir, device, quick):
+PADDING_FREE = {"padding_free": True, "completion_only_loss": True, "gradient_checkpointing": False}
+
+
+def make_trainer(task, peer, model, examples, output_dir, device, quick, sizes: Sizes | None = None):
     """A trainer for `peer` on a copy of `model`, fed the examples through a counting collator."""
     from transformers import DataCollatorWithFlattening
 
-    s = sizes_of(task, quick)
+    s = sizes or sizes_of(task, quick)
     model = copy.deepcopy(model)
     pad_id = model.config.pad_token_id if task != "asr" else 0
     kw = common_arguments(output_dir, s, device, quick)
@@ -329,7 +332,9 @@ def make_trainer(task, peer, model, examples, output_dir, device, quick):
         model.set_attn_implementation("flash_attention_2")
     counting = Counting(inner, task, model, pad_id)
     data = [{k: v for k, v in e.items() if k != "prompt"} for e in examples]
-    if peer == "turbotrain":
+    if peer == "turbotrain (onnxruntime)":  # the real-shape section's backend peer
+        kw["backend"] = "onnxruntime"
+    if peer.startswith("turbotrain"):
         return TurboTrainer(model=model, args=TurboTrainingArguments(**kw), train_dataset=data, data_collator=counting)
     if peer == "torch_compile":
         kw.update(torch_compile=True, torch_compile_backend="eager" if quick else "inductor")
@@ -338,8 +343,9 @@ def make_trainer(task, peer, model, examples, output_dir, device, quick):
     return Trainer(model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=counting)
 
 
-def _trl_trainer(model, examples, kw, pad_id, task):
-    from datasets import Dataset
+def _trl_trainer(model, examples, kw, pad_id, task, options: dict = PADDING_FREE, turbo_peer: bool = False):
+    """TRL's SFTTrainer on the same token ids; `options` default to the `trl padding_free` peer's, `{}` keeps
+    TRL's defaults (gradient checkpointing, its fused LM head); `turbo_peer`: turbo(SFTTrainer) instead."""
     from tokenizers import Tokenizer
     from tokenizers.models import WordLevel
     from transformers import PreTrainedTokenizerFast
@@ -353,30 +359,53 @@ def _trl_trainer(model, examples, kw, pad_id, task):
         "input_ids": [e["input_ids"] for e in examples],
         "completion_mask": [[0] * e["prompt"] + [1] * (len(e["input_ids"]) - e["prompt"]) for e in examples],
     }
-    args = SFTConfig(**kw, padding_free=True, completion_only_loss=True, gradient_checkpointing=False, max_length=None)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_dict(rows), processing_class=tokenizer)
+    if turbo_peer:
+        from turbotrain import turbo, turbo_arguments
+
+        SFTConfig, SFTTrainer = turbo_arguments(SFTConfig), turbo(SFTTrainer)  # noqa: N806
+    args = SFTConfig(**kw, **options, max_length=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=in_memory_dataset(rows), processing_class=tokenizer)
     trainer.data_collator = Counting(trainer.data_collator, task, model, pad_id)
     return trainer
+
+
+def in_memory_dataset(rows: dict):
+    """A `datasets.Dataset` of `rows` with a fingerprint given, not hashed from the Arrow table: hashing it failed
+    with the 2026-12-04 run's datasets 5.2 / dill 0.4.1 / pyarrow 24 on Python 3.12 (Can't pickle MonthDayNano)."""
+    from datasets import Dataset
+    from datasets.table import InMemoryTable
+
+    return Dataset(InMemoryTable.from_pydict(rows), fingerprint=f"gpu-check-{id(rows):x}")
 
 
 def run_peer(task: str, peer: str, model, examples, device: torch.device, quick: bool) -> dict:
     """Train one peer; tokens/s, MFU, peak memory, per-step losses."""
     s = sizes_of(task, quick)
+    return measure(lambda tmp: make_trainer(task, peer, model, examples, tmp, device, quick), s.warmup, device)
+
+
+def measure(build, warmup: int, device: torch.device) -> dict:
+    """Train the trainer `build(output_dir)` makes (its collator counts tokens and FLOPs: `Counting`); tokens/s
+    and FLOP/s of the steps after `warmup`, peak memory (less what was held before the trainer: the caller's
+    own copy of the model), per-step losses."""
+    resident = 0
+    if device.type == "cuda":
+        gc.collect()  # the previous peer's trainer and model, so the peak is this peer's own
+        torch.cuda.empty_cache()
+        resident = torch.cuda.memory_allocated(device)
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = make_trainer(task, peer, model, examples, tmp, device, quick)
+        trainer = build(tmp)
         times = StepTimes()
         trainer.add_callback(times)
         trainer.remove_callback(PrinterCallback)
         if device.type == "cuda":
-            gc.collect()  # the previous peer's trainer and model, so the peak is this peer's own
-            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats(device)
         trainer.train()
-        peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+        peak_gb = (torch.cuda.max_memory_allocated(device) - resident) / 2**30 if device.type == "cuda" else None
     counting = trainer.data_collator
-    timed = times.seconds[s.warmup :]
-    tokens = counting.tokens[s.warmup : s.warmup + len(timed)]
-    flops = counting.flops[s.warmup : s.warmup + len(timed)]
+    timed = times.seconds[warmup:]
+    tokens = counting.tokens[warmup : warmup + len(timed)]
+    flops = counting.flops[warmup : warmup + len(timed)]
     seconds = sum(timed)
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
     return {

@@ -141,3 +141,75 @@ def test_zero3_steps_aside_where_deepspeed_is_not_installed(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "deepspeed" else real(name))
     row = gpu_check_sharded._row("zero3", 1, timeout_s=1.0)
     assert row["result"] == "skipped" and "extra: deepspeed" in row["note"]
+
+
+def test_the_realshape_plan_runs_stock_and_turbotrain_of_every_workload_first_and_compiles_last():
+    from scripts.gpu_check_realshape import KINDS, SHAPES, plan
+
+    rows = plan()
+    workloads = len(SHAPES) * len(KINDS)
+    assert {peer for _, peer in rows[: 2 * workloads]} == {"stock (sdpa)", "turbotrain", "trl defaults"}
+    assert all(peer == "torch_compile" for _, peer in rows[-len(SHAPES) * 2 :])  # sft and sft-lora of each shape
+    assert len(rows) == len(set(rows)) == len(SHAPES) * (2 * 9 + 3)
+
+
+def test_the_realshape_budget_skips_what_its_estimate_does_not_fit_and_names_missing_wheels():
+    from scripts.gpu_check import Deadline
+    from scripts.gpu_check_realshape import Workload, estimate_s, realshape_rows, unavailable
+
+    sft = Workload("qwen2.5-0.5b", "sft")
+    # the published shape at the H200's peak: ~13 s for 3 rounds, a compiling row ~130 s
+    assert 5 < estimate_s(sft, "stock (sdpa)", False, 989.4e12, 3) < 40
+    assert estimate_s(sft, "torch_compile", False, 989.4e12, 3) > 100
+    rows, _ = realshape_rows(torch.device("cpu"), quick=False, deadline=Deadline(0.0))
+    assert rows and all(row["result"] in ("skipped", "n/a") for row in rows), rows  # nothing ran
+    assert any("time budget" in row["note"] for row in rows)
+    assert "too large to carry" in unavailable(sft, "stock (flash_attention_2)", torch.device("cuda"))
+    assert "onnxruntime-gpu" in unavailable(sft, "turbotrain (onnxruntime)", torch.device("cuda"))  # CPU wheel here
+    with pytest.raises(ValueError, match="unknown"):
+        realshape_rows(torch.device("cpu"), False, Deadline(0.0), peers=("deepspeed",))
+
+
+def test_a_realshape_row_fails_when_its_loss_leaves_stocks():
+    from scripts.gpu_check_realshape import _summary
+
+    def run(tokens_s, losses):
+        return {"tokens_s": tokens_s, "flops_s": 1.0, "peak_gb": None, "losses": losses, "summary": ""}
+
+    stock = [run(100.0, [2.0, 1.9]), run(100.0, [2.0, 1.9])]
+    row = _summary([run(150.0, [2.0, 1.9001]), run(130.0, [2.0, 1.9])], stock, 10.0, 1e-3, is_stock=False)
+    assert row["result"] == "PASS" and row["vs stock"] == "1.40x" and row["per round"] == "1.50/1.30"
+    row = _summary([run(150.0, [2.0, 1.95])], stock, 10.0, 1e-3, is_stock=False)
+    assert row["result"] == "FAIL" and "loss above" in row["note"]
+
+
+@pytest.mark.slow
+def test_the_cpu_pass_runs_every_realshape_row_without_an_error(tmp_path):
+    from scripts.gpu_check_realshape import plan
+
+    out = tmp_path / "realshape.md"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "scripts/gpu_check.py",
+            "--device",
+            "cpu",
+            "--quick",
+            "--only",
+            "realshape",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = out.read_text()
+    assert "ERROR" not in report and "| FAIL" not in report
+    for workload, peer in plan():
+        assert f"| {workload.name} | {peer} | " in report
+    for workload, peer in plan()[:12]:  # every workload's stock and turbotrain trained 2 rounds and passed
+        assert f"| {workload.name} | {peer} | 2 | " in report
+    assert report.count(" | PASS | ") >= 30  # the peers that are installed here (not liger, not flash-attn)
