@@ -14,7 +14,7 @@ Names are imported on first use, so `turbotrain.ondevice` loads on devices witho
 
 from __future__ import annotations
 
-import importlib
+from turbotrain.utils.lazy_names import lazy_names
 
 __version__ = "0.1.0"
 
@@ -43,13 +43,4 @@ _LAZY.update(dict.fromkeys(TRL_NAMES, "turbotrain.integrations.trl.ready"))
 __all__ = [*sorted(_LAZY), "__version__"]
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'turbotrain' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted([*globals(), *_LAZY])
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())

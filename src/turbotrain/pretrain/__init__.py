@@ -7,7 +7,7 @@ Transformers) without importing the job."""
 
 from __future__ import annotations
 
-import importlib
+from turbotrain.utils.lazy_names import lazy_names
 
 _LAZY = {
     "PretrainConfig": "turbotrain.pretrain.config",
@@ -18,9 +18,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str):
-    if name not in _LAZY:
-        raise AttributeError(f"module 'turbotrain.pretrain' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_names(__name__, _LAZY, globals())
