@@ -13,7 +13,7 @@ checkpointing on, TRL >= 1.15's fused LM head on GPUs), `trl defaults + turbotra
 `stock (flash_attention_2)`, `turbotrain (onnxruntime)`, `torch_compile`; DPO: `trl defaults` is its stock,
 beside `turbotrain` (turbo(DPOTrainer), same config) and `liger`. A peer that needs what is not installed is a
 row saying why. Every round trains each peer from the same weights on the same batches (A B C A B C ...),
-`warmup` untimed steps then `steps` timed.
+`warmup` untimed steps then `steps` timed. `--quick` (CPU): 2 rounds, QUICK_CONFIG's 2 layers of hidden 64.
 Reported per row: median tokens/s over the rounds (real tokens: DPO counts both rows of a pair), speed against the
 workload's stock (the median of the per-round ratios, each round's beside it), median MFU (measure/flops.py on
 real tokens; DPO adds the reference's forward, a third of the policy's step) against the device's dense bf16
