@@ -28,14 +28,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import register_workload
-from turbotrain.bench.workloads.sft import OVERRIDES, with_lora
-from turbotrain.data import stdlib_corpus, train_tokenizer
+from turbotrain.bench.workloads.sft import OVERRIDES, causal_lm, corpus_tokenizer
 from turbotrain.data.preference import build_preference_pairs, length_summary
 from turbotrain.integrations.trl import classes
 from turbotrain.utils.imports import is_available
@@ -94,13 +92,10 @@ class Dpo(TrainerWorkload):
         return shape_config(self.shape, seq_len=longest, overrides=overrides, untied=self.untied, dropout=0.0)
 
     def model(self):
-        config = self.config()
-        torch.manual_seed(self.seed)
-        model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
-        return with_lora(model, "the dpo workload's --lora") if self.lora else model
+        return causal_lm(self.config(), self.seed, "the dpo workload's --lora" if self.lora else None)
 
     def data(self) -> DpoData:
-        tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
+        tokenizer = corpus_tokenizer(self.config().vocab_size)
         pairs = build_preference_pairs(
             tokenizer, self.pairs, tuple(self.prompt_tokens), tuple(self.completion_tokens), seed=self.seed
         )

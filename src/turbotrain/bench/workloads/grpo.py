@@ -39,14 +39,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
 
 from turbotrain.bench.peers import TrainerPeer, TrainerWorkload
 from turbotrain.bench.shapes import SHAPES, shape_config
 from turbotrain.bench.workload import PeerRecord, register_workload
-from turbotrain.bench.workloads.sft import OVERRIDES
+from turbotrain.bench.workloads.sft import OVERRIDES, causal_lm, corpus_tokenizer
 from turbotrain.boundaries.trl_boundary import note_grpo_generations
-from turbotrain.data import stdlib_corpus, train_tokenizer
 from turbotrain.data.prompts import build_prompts
 from turbotrain.integrations.trl import classes
 
@@ -104,12 +103,10 @@ class Grpo(TrainerWorkload):
         return shape_config(self.shape, seq_len=longest, overrides=overrides, untied=self.untied, dropout=0.0)
 
     def model(self):
-        config = self.config()
-        torch.manual_seed(self.seed)
-        return MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
+        return causal_lm(self.config(), self.seed)
 
     def data(self) -> GrpoData:
-        tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
+        tokenizer = corpus_tokenizer(self.config().vocab_size)
         prompts = build_prompts(tokenizer, self.prompts, self.prompt_tokens, seed=self.seed)
         return GrpoData(prompts=prompts, tokenizer=tokenizer)
 

@@ -66,6 +66,19 @@ def with_lora(model, feature: str):
     return get_peft_model(model, lora)
 
 
+def causal_lm(config, seed: int, lora_for: str | None = None):
+    """A causal LM for `config`, its weights drawn from `seed`; with LoRA adapters where `lora_for` names the flag
+    that asks for them (`with_lora`'s `feature`)."""
+    torch.manual_seed(seed)
+    model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
+    return with_lora(model, lora_for) if lora_for else model
+
+
+def corpus_tokenizer(vocab_size: int):
+    """A tokenizer trained on the stdlib corpus, with at most `vocab_size` (and RoBERTa's 50,265) entries."""
+    return train_tokenizer(stdlib_corpus(), min(vocab_size, 50265))
+
+
 @register_workload("sft")
 @dataclass
 class Sft(TrainerWorkload):
@@ -112,13 +125,10 @@ class Sft(TrainerWorkload):
         return config
 
     def model(self):
-        config = self.config()
-        torch.manual_seed(self.seed)
-        model = MODEL_FOR_CAUSAL_LM_MAPPING[type(config)](config)
-        return with_lora(model, "the sft workload's --lora") if self.lora else model
+        return causal_lm(self.config(), self.seed, "the sft workload's --lora" if self.lora else None)
 
     def data(self) -> SftData:
-        tokenizer = train_tokenizer(stdlib_corpus(), min(self.config().vocab_size, 50265))
+        tokenizer = corpus_tokenizer(self.config().vocab_size)
         if self.lengths == "long":
             return build_long_rows(tokenizer, seed=self.seed)
         return build_sft_data(tokenizer, self.seq_len, seed=self.seed, kind=self.lengths)
