@@ -42,17 +42,16 @@ def test_loss_difference_and_table():
 
 
 @pytest.mark.slow
-def test_the_cpu_pass_runs_every_section_without_a_failing_row(tmp_path):
-    out = tmp_path / "gpu_check.md"
-    result = subprocess.run(
-        [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--quick", "--out", str(out)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def quick_check(out: Path, *flags: str) -> str:
+    """`scripts/gpu_check.py --device cpu --quick` with `flags` in a process of its own: its report (exit 0 asserted)."""
+    command = [sys.executable, "scripts/gpu_check.py", "--device", "cpu", "--quick", *flags, "--out", str(out)]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = out.read_text()
+    return out.read_text()
+
+
+def test_the_cpu_pass_runs_every_section_without_a_failing_row(tmp_path):
+    report = quick_check(tmp_path / "gpu_check.md")
     for heading in ("Passes against stock", "Host syncs", "Backends against eager", "Benchmark"):
         assert heading in report
     assert "ERROR" not in report and "| FAIL" not in report
@@ -187,26 +186,7 @@ def test_a_realshape_row_fails_when_its_loss_leaves_stocks():
 def test_the_cpu_pass_runs_every_realshape_row_without_an_error(tmp_path):
     from scripts.gpu_check_realshape import plan
 
-    out = tmp_path / "realshape.md"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "scripts/gpu_check.py",
-            "--device",
-            "cpu",
-            "--quick",
-            "--only",
-            "realshape",
-            "--out",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = out.read_text()
+    report = quick_check(tmp_path / "realshape.md", "--only", "realshape")
     assert "ERROR" not in report and "| FAIL" not in report
     for workload, peer in plan():
         assert f"| {workload.name} | {peer} | " in report
