@@ -71,17 +71,18 @@ class ThrowawayOptions(PassOptions):
     throwaway: bool = option(True, "A pass only this test registers.")
 
 
-register_pass(
-    PassSpec(
-        name="throwaway",
-        options_class=ThrowawayOptions,
-        order=99,
-        install=lambda model, setup: Mark(model),
-        label=lambda installed: "throwaway (marked)",
-        collator=count_examples,
-        batch_keys=(KEY,),
-    )
+THROWAWAY = register_pass(  # named after its switch, ThrowawayOptions' first field
+    options_class=ThrowawayOptions,
+    order=99,
+    install=lambda model, setup: Mark(model),
+    label=lambda installed: "throwaway (marked)",
+    collator=count_examples,
+    batch_keys=(KEY,),
 )
+
+
+def test_a_pass_is_named_after_its_switch():
+    assert THROWAWAY.name == "throwaway" and registry.get_pass("throwaway") is THROWAWAY
 
 from tests.tiny_models import make, padded_batch
 from tests.trainer_helpers import turbo_trainer

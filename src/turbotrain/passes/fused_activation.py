@@ -101,7 +101,6 @@ class FusedActivationOptions(PassOptions):
 
 
 register_pass(
-    name="fused_activation",
     options_class=FusedActivationOptions,
     order=50,
     install=lambda model, setup: apply_fused_activation(model),

@@ -290,7 +290,6 @@ class FusedLoraOptions(PassOptions):
 
 
 register_pass(
-    name="fused_lora",
     options_class=FusedLoraOptions,
     order=55,
     install=lambda model, setup: apply_fused_lora(model, check=setup.check),

@@ -71,7 +71,6 @@ class FusedOptimizerOptions(PassOptions):
 
 
 register_pass(
-    name="fused_optimizer",
     options_class=FusedOptimizerOptions,
     order=60,
     install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`

@@ -266,7 +266,6 @@ class LeanGatedMlpOptions(PassOptions):
 
 
 register_pass(
-    name="lean_gated_mlp",
     options_class=LeanGatedMlpOptions,
     order=57,
     install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),

@@ -145,9 +145,11 @@ class PassSpec:
         return self.label(installed) if self.label is not None else self.name
 
 
-def register_pass(spec: PassSpec | None = None, **fields) -> PassSpec:
-    """Add `spec` (or `PassSpec(**fields)`) to the registry; its options class must name its switch after it."""
-    spec = spec if spec is not None else PassSpec(**fields)
+def register_pass(spec: PassSpec | None = None, **given) -> PassSpec:
+    """Add `spec` (or `PassSpec(**given)`, named after its options class's first field, the pass's switch) to the
+    registry; a spec's options class must name its switch after it."""
+    if spec is None:
+        spec = PassSpec(**{"name": fields(given["options_class"])[0].name, **given})
     if spec.options[0].name != spec.name:
         raise ValueError(f"pass '{spec.name}': the first field of {spec.options_class.__name__} is its switch")
     taken = {option.name for known in _PASSES.values() for option in known.options}

@@ -406,7 +406,6 @@ class ChunkedCrossEntropyOptions(PassOptions):
 
 
 register_pass(
-    name=NAME,
     options_class=ChunkedCrossEntropyOptions,
     order=20,
     # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands

@@ -252,7 +252,6 @@ class EmbeddingGradOptions(PassOptions):
 
 
 register_pass(
-    name="embedding_grad",
     options_class=EmbeddingGradOptions,
     order=40,
     install=lambda model, setup: apply_embedding_grad(model),

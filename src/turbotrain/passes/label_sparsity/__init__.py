@@ -398,7 +398,6 @@ class LabelSparsityOptions(PassOptions):
 
 
 register_pass(
-    name="label_sparsity",
     options_class=LabelSparsityOptions,
     order=10,
     install=_install,

@@ -404,7 +404,6 @@ class PaddingFreeOptions(PassOptions):
 
 
 register_pass(
-    name="padding_free",
     options_class=PaddingFreeOptions,
     order=30,
     install=lambda model, setup: apply_padding_free(
