@@ -58,19 +58,14 @@ def busy_cores(
     read: Callable[[], dict[int, tuple[int, int]]] = read_cpu_times,
     sleep: Callable[[float], None] = time.sleep,
 ) -> float:
-    """Cores' worth of other processes' work on `cores` over `seconds` (this process sleeps meanwhile)."""
-    try:
-        before = read()
-        sleep(seconds)
-        after = read()
-    except OSError:
-        return min(float(len(cores)), os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0.0
-    busy = 0.0
-    for core in cores & before.keys() & after.keys():
-        busy_delta = after[core][0] - before[core][0]
-        total_delta = after[core][1] - before[core][1]
-        busy += busy_delta / total_delta if total_delta > 0 else 0.0
-    return busy
+    """Cores' worth of other processes' work on `cores` over `seconds` (this process sleeps meanwhile, so all the
+    busy time is others': `OtherWork` over that window); the 1-minute load average where /proc is missing."""
+    work = OtherWork(cores, read=read, own=lambda: 0)
+    sleep(seconds)
+    busy = work.sample()
+    if busy is not None:
+        return busy
+    return min(float(len(cores)), os.getloadavg()[0]) if hasattr(os, "getloadavg") else 0.0
 
 
 def choose_threads(usable: int, busy: float, requested: int | None = None) -> ThreadChoice:
