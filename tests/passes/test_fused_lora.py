@@ -57,7 +57,7 @@ def stock_and_fused(build, **overrides):
 @pytest.mark.parametrize("build", [llama, qwen2], ids=["llama", "qwen2"])
 def test_loss_and_every_trainable_gradient_match_stock(build):
     stock, fused, installed = stock_and_fused(build)
-    assert installed is not None and len(installed.layers) == len(TARGETS) * 2
+    assert installed is not None and len(installed.modules) == len(TARGETS) * 2
     for seed, lengths in enumerate(ODD_BATCHES):
         batch = synthetic_batch(stock, lengths, seed=seed)
         expected, got = loss_and_grads(stock, batch), loss_and_grads(fused, batch)

@@ -66,23 +66,25 @@ def count_examples(installed, inner, place):
     return collate
 
 
-@dataclass(frozen=True)
-class ThrowawayOptions(PassOptions):
-    throwaway: bool = option(True, "A pass only this test registers.")
-
-
-THROWAWAY = register_pass(  # named after its switch, ThrowawayOptions' first field
-    options_class=ThrowawayOptions,
+@register_pass(  # named after its switch, ThrowawayOptions' first field
     order=99,
     install=lambda model, setup: Mark(model),
     label=lambda installed: "throwaway (marked)",
     collator=count_examples,
     batch_keys=(KEY,),
 )
+@dataclass(frozen=True)
+class ThrowawayOptions(PassOptions):
+    """A pass only this test registers."""
+
+    throwaway: bool = option(True)
 
 
-def test_a_pass_is_named_after_its_switch():
-    assert THROWAWAY.name == "throwaway" and registry.get_pass("throwaway") is THROWAWAY
+# registered under its switch's name, the docstring its help
+from turbotrain.passes.registry import get_pass
+
+assert get_pass("throwaway").options_class is ThrowawayOptions
+assert get_pass("throwaway").options[0].metadata["help"] == "A pass only this test registers."
 
 from tests.tiny_models import make, padded_batch
 from tests.trainer_helpers import turbo_trainer
@@ -151,6 +153,33 @@ def test_a_pass_registered_in_one_place_reaches_optimize_the_options_the_summary
     assert "throwaway pass seen everywhere" in run.stdout
 
 
+def test_a_pass_is_named_after_its_switch_whose_help_is_the_docstring(monkeypatch):
+    monkeypatch.setattr(registry, "_PASSES", dict(registry._PASSES))
+
+    @registry.register_pass(order=98, install=None)
+    @dataclasses.dataclass(frozen=True)
+    class DocumentedOptions(registry.PassOptions):
+        """Its help:   one line
+        from two."""
+
+        documented: bool = registry.option(True)
+        documented_level: str = registry.option("low", "How much.", choices=("low", "high"))
+
+    spec = registry.get_pass("documented")
+    assert spec.options_class is DocumentedOptions and [f.metadata["help"] for f in spec.options] == [
+        "Its help: one line from two.",
+        "How much.",
+    ]
+
+    @dataclasses.dataclass(frozen=True)
+    class UndocumentedOptions(registry.PassOptions):
+        undocumented: bool = registry.option(True)
+
+    with pytest.raises(ValueError, match="UndocumentedOptions needs a docstring"):
+        registry.register_pass(order=97, install=None)(UndocumentedOptions)
+    assert "undocumented" not in registry.pass_names()
+
+
 def test_a_batch_key_two_passes_would_add_is_refused(monkeypatch):
     monkeypatch.setattr(registry, "_PASSES", dict(registry._PASSES))
 
@@ -162,7 +191,7 @@ def test_a_batch_key_two_passes_would_add_is_refused(monkeypatch):
         "second_packer", SecondPackerOptions, order=99, install=None, batch_keys=(SEQUENCE_STARTS,)
     )
     with pytest.raises(ValueError, match="batch keys another pass adds: \\['turbotrain_sequence_starts'\\]"):
-        registry.register_pass(spec)
+        registry.add_pass(spec)
 
 
 def test_every_key_a_pass_adds_is_named_in_batch_keys():

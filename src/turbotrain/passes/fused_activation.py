@@ -91,18 +91,14 @@ def apply_fused_activation(model: nn.Module) -> FusedActivation | None:
     return FusedActivation(targets)
 
 
-@dataclass(frozen=True)
-class FusedActivationOptions(PassOptions):
-    fused_activation: bool = option(
-        True,
-        "Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel "
-        "(exact within float rounding; passes/fused_activation.py).",
-    )
-
-
-register_pass(
-    options_class=FusedActivationOptions,
+@register_pass(
     order=50,
     install=lambda model, setup: apply_fused_activation(model),
     refused_for=has_tanh_gelu,  # no tanh GELU: nothing to do
 )
+@dataclass(frozen=True)
+class FusedActivationOptions(PassOptions):
+    """Run Transformers' op-by-op tanh GELU (gelu_new, gelu_fast: GPT-2 and kin) as one fused kernel (exact
+    within float rounding; passes/fused_activation.py)."""
+
+    fused_activation: bool = option(True)

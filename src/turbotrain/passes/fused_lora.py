@@ -33,7 +33,6 @@ stock's forward and backward on a small random input; a mismatch leaves the mode
 from __future__ import annotations
 
 import sys
-import types
 from collections import Counter
 from dataclasses import dataclass
 
@@ -41,6 +40,7 @@ import torch
 from torch import nn
 
 from turbotrain.boundaries.hf_boundary import sharding_engine
+from turbotrain.passes.installed import ReplacedForwards
 from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
 from turbotrain.utils.warnings import log_once, warn_once
@@ -178,18 +178,11 @@ def _fused_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
     return fused_lora_linear(x, base.weight, base.bias, lora_a, lora_b, self.scaling[name])
 
 
-class FusedLora:
-    """The installed pass: the LoRA layers whose forward runs fused; `remove()` restores stock's."""
+class FusedLora(ReplacedForwards):
+    """The installed pass: the LoRA layers (`modules`) whose forward runs fused; `remove()` restores stock's."""
 
     def __init__(self, layers: list[nn.Module]):
-        self.layers = layers
-        for layer in layers:
-            layer.forward = types.MethodType(_fused_forward, layer)
-
-    def remove(self) -> None:
-        for layer in self.layers:
-            layer.__dict__.pop("forward", None)
-        self.layers = []
+        super().__init__(layers, _fused_forward)
 
 
 def lora_layers(model: nn.Module) -> list[nn.Module]:
@@ -280,19 +273,15 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class FusedLoraOptions(PassOptions):
-    fused_lora: bool = option(
-        True,
-        "Run each eligible PEFT LoRA Linear (lora_dropout=0, one active adapter) as one op: base and adapter "
-        "GEMMs with the scaling folded in, no gradient built for the frozen base (passes/fused_lora.py).",
-    )
-
-
-register_pass(
-    options_class=FusedLoraOptions,
+@register_pass(
     order=55,
     install=lambda model, setup: apply_fused_lora(model, check=setup.check),
     refused_for=lambda model: bool(lora_layers(model)),  # no LoRA layer: nothing to do
     refused_by_trainer=trainer_refusal,
 )
+@dataclass(frozen=True)
+class FusedLoraOptions(PassOptions):
+    """Run each eligible PEFT LoRA Linear (lora_dropout=0, one active adapter) as one op: base and adapter GEMMs
+    with the scaling folded in, no gradient built for the frozen base (passes/fused_lora.py)."""
+
+    fused_lora: bool = option(True)

@@ -62,16 +62,13 @@ def fused_adamw(params: Iterable, device: torch.device | str | None = None, **ad
     return torch.optim.AdamW(params, foreach=True, **adamw_kwargs)
 
 
-@dataclass(frozen=True)
-class FusedOptimizerOptions(PassOptions):
-    fused_optimizer: bool = option(
-        True,
-        "Use the fused AdamW kernel where the device has one, foreach otherwise (exact; passes/fused_optimizer.py).",
-    )
-
-
-register_pass(
-    options_class=FusedOptimizerOptions,
+@register_pass(
     order=60,
     install=None,  # not a model pass: the trainer creates its optimizer with `resolve_optim_name`
 )
+@dataclass(frozen=True)
+class FusedOptimizerOptions(PassOptions):
+    """Use the fused AdamW kernel where the device has one, foreach otherwise (exact;
+    passes/fused_optimizer.py)."""
+
+    fused_optimizer: bool = option(True)

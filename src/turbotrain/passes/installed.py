@@ -1,6 +1,10 @@
-"""What an installed model pass holds: the handles of its hooks, and `remove()` to take them off."""
+"""What an installed model pass holds, with `remove()` to undo it: the handles of its hooks (`HookedPass`), or
+the modules given a forward of its own (`ReplacedForwards`)."""
 
 from __future__ import annotations
+
+import types
+from collections.abc import Callable
 
 
 class HookedPass:
@@ -13,3 +17,18 @@ class HookedPass:
         for handle in self._handles:
             handle.remove()
         self._handles = []
+
+
+class ReplacedForwards:
+    """Base of the passes that run some modules through their own `forward(module, *args, **kwargs)`, bound on each
+    of `modules` as an instance attribute over its class's; `remove()` restores stock's."""
+
+    def __init__(self, modules: list, forward: Callable):
+        self.modules = modules
+        for module in modules:
+            module.forward = types.MethodType(forward, module)
+
+    def remove(self) -> None:
+        for module in self.modules:
+            module.__dict__.pop("forward", None)
+        self.modules = []

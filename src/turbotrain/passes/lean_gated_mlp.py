@@ -41,7 +41,6 @@ own fp32 copy of h, stock and lean alike); a backward that runs only some of dow
 
 from __future__ import annotations
 
-import types
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -55,6 +54,7 @@ from turbotrain.boundaries.torch_boundary import (
     tensor_version,
 )
 from turbotrain.modeling import gated_mlps
+from turbotrain.passes.installed import ReplacedForwards
 from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
 from turbotrain.utils.mode import training_mode
@@ -186,18 +186,11 @@ def _lean_forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return self.down_proj(hidden)
 
 
-class LeanGatedMlp:
-    """The installed pass: the MLPs whose forward keeps only gate and up; `remove()` restores stock's."""
+class LeanGatedMlp(ReplacedForwards):
+    """The installed pass: the MLPs (`modules`) whose forward keeps only gate and up; `remove()` restores stock's."""
 
     def __init__(self, modules: list[nn.Module]):
-        self.modules = modules
-        for module in modules:
-            module.forward = types.MethodType(_lean_forward, module)
-
-    def remove(self) -> None:
-        for module in self.modules:
-            module.__dict__.pop("forward", None)
-        self.modules = []
+        super().__init__(modules, _lean_forward)
 
 
 @never_raises
@@ -255,20 +248,16 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     )
 
 
-@dataclass(frozen=True)
-class LeanGatedMlpOptions(PassOptions):
-    lean_gated_mlp: bool = option(
-        True,
-        "Gated MLPs (Llama, Mistral, Qwen2, Gemma) keep only gate and up for the backward and make act(gate) "
-        "and act(gate)*up again there: two elementwise kernels, two fewer [tokens, MLP width] tensors kept, "
-        "bit-exact (passes/lean_gated_mlp.py).",
-    )
-
-
-register_pass(
-    options_class=LeanGatedMlpOptions,
+@register_pass(
     order=57,
     install=lambda model, setup: apply_lean_gated_mlp(model, check=setup.check),
     refused_for=lambda model: bool(gated_mlps(model)),  # no gated MLP: nothing to do
     refused_by_trainer=trainer_refusal,
 )
+@dataclass(frozen=True)
+class LeanGatedMlpOptions(PassOptions):
+    """Gated MLPs (Llama, Mistral, Qwen2, Gemma) keep only gate and up for the backward and make act(gate) and
+    act(gate)*up again there: two elementwise kernels, two fewer [tokens, MLP width] tensors kept, bit-exact
+    (passes/lean_gated_mlp.py)."""
+
+    lean_gated_mlp: bool = option(True)

@@ -1,5 +1,6 @@
-"""The one list of turbotrain's passes. Each pass module ends by registering a `PassSpec`: its name (which
-is also its option's name), its options class, how to install it from the effective options, why a trainer or a
+"""The one list of turbotrain's passes. Each pass module ends with its options class decorated by
+`@register_pass(...)`, which registers a `PassSpec`: its name (its options class's first field, the pass's
+switch), its options class, how to install it from the effective options, why a trainer or a
 model refuses it, and how the run's summary names it. Everything that names passes loops over this list:
 `optimize()` (each install handed a `Setup` with its own options and those of the passes built as its parts,
 `part_of`), `TurboOptions` (args.py: each pass's options class among its bases), the trainer's refusals
@@ -13,19 +14,23 @@ registers the same way, `optimize(model, its_option=...)` takes its options, Tur
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import Field, dataclass, field, fields
-from types import SimpleNamespace
+from types import MappingProxyType, SimpleNamespace
 from typing import Any
 
 _PASSES: dict[str, PassSpec] = {}
 _VARIANTS: dict[str, tuple] = {}  # pass name -> (applies, install): `register_variant`
 
 
-def option(default: bool | str, help: str, *, choices: tuple[str, ...] = (), off: bool | str = False, numbers=False):
+def option(
+    default: bool | str, help: str = "", *, choices: tuple[str, ...] = (), off: bool | str = False, numbers=False
+):
     """One option's field in a pass's options class: a switch (bool default) or one of `choices` (str default;
     `numbers`: a positive whole number, as text, is valid too). `off` is the value that turns the pass off (what
-    `--turbo-off` and a backend's `turns_off` set); `help` is its help on a command line (HfArgumentParser)."""
+    `--turbo-off` and a backend's `turns_off` set); `help` is its help on a command line (HfArgumentParser); the
+    switch's (the first field's) is its class's docstring (`register_pass`)."""
     return field(default=default, metadata={"help": help, "choices": choices, "off": off, "numbers": numbers})
 
 
@@ -42,7 +47,8 @@ def check_option(declared: Field, value: Any) -> None:
 @dataclass(frozen=True)
 class PassOptions:
     """The base of each pass's options class: a frozen dataclass in the pass's module, one `option(...)` field per
-    option, the first named as the pass (its switch). `TurboOptions` (args.py) derives from every one of them."""
+    option, the first named as the pass (its switch, whose help is the class's docstring), registered by decorating
+    it with `register_pass(...)`. `TurboOptions` (args.py) derives from every one of them."""
 
     @classmethod
     def check(cls, values: Any) -> None:
@@ -145,11 +151,31 @@ class PassSpec:
         return self.label(installed) if self.label is not None else self.name
 
 
-def register_pass(spec: PassSpec | None = None, **given) -> PassSpec:
-    """Add `spec` (or `PassSpec(**given)`, named after its options class's first field, the pass's switch) to the
-    registry; a spec's options class must name its switch after it."""
-    if spec is None:
-        spec = PassSpec(**{"name": fields(given["options_class"])[0].name, **given})
+def register_pass(**hooks) -> Callable[[type[PassOptions]], type[PassOptions]]:
+    """Decorates a pass's options class (a frozen dataclass): registers the `PassSpec` with `hooks` (its fields but
+    `name` and `options_class`), named after the class's first field, the pass's switch, whose help on a command
+    line is the class's docstring. Returns the class itself."""
+
+    def register(options_class: type[PassOptions]) -> type[PassOptions]:
+        switch = fields(options_class)[0]
+        if not switch.metadata.get("help"):
+            switch.metadata = MappingProxyType({**switch.metadata, "help": _docstring_help(options_class)})
+        add_pass(PassSpec(name=switch.name, options_class=options_class, **hooks))
+        return options_class
+
+    return register
+
+
+def _docstring_help(options_class: type) -> str:
+    written = options_class.__dict__.get("__doc__") or ""
+    if not written or written.startswith(f"{options_class.__name__}("):  # dataclass's generated one
+        raise ValueError(f"{options_class.__name__} needs a docstring: its switch's help on a command line")
+    return " ".join(inspect.cleandoc(written).split())
+
+
+def add_pass(spec: PassSpec) -> PassSpec:
+    """Add `spec` to the registry (`register_pass` builds it from an options class); its options class must name
+    its switch after it, and neither its options nor its batch keys may be another pass's."""
     if spec.options[0].name != spec.name:
         raise ValueError(f"pass '{spec.name}': the first field of {spec.options_class.__name__} is its switch")
     taken = {option.name for known in _PASSES.values() for option in known.options}

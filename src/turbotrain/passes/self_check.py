@@ -148,6 +148,20 @@ def check_under_run_precision(model: nn.Module, stock: Callable, rewritten: Call
     return None
 
 
+def check_forced(model: nn.Module, forced: Callable, lengths: list[int], what: str, **batch) -> str | None:
+    """`check_under_run_precision` on a synthetic batch of `lengths` (`batch`: its other arguments), the rewritten
+    call inside `forced()`: the installed pass's context in which it takes every call, however small."""
+    inputs, problem = check_batch(model, lengths, **batch)
+    if problem is not None:
+        return problem
+
+    def rewritten():
+        with forced():
+            return model(**inputs)
+
+    return check_under_run_precision(model, lambda: model(**inputs), rewritten, what)
+
+
 def _loss_and_bad_gradients(call: Callable, trainable: list, precision: RunPrecision):
     """(loss, indices of `trainable` whose gradient holds NaN or inf) of one forward under the run's autocast
     and its backward; parameters' `.grad` are cleared before and left set (the caller puts them back)."""

@@ -57,7 +57,7 @@ from turbotrain.passes import fused_head_calls
 from turbotrain.passes.chunked_ce import cuda
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
 from turbotrain.passes.registry import PassOptions, option, register_pass
-from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
+from turbotrain.passes.self_check import check_forced, never_raises
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -334,15 +334,7 @@ def _projection_forward(self: nn.Module, hidden: torch.Tensor, *args, **kwargs):
 def self_check(model: nn.Module, label_sparsity) -> str | None:
     """Stock vs chunked loss on a small batch, through `label_sparsity` (a LabelSparsity whose chunked head
     takes every call); a description of the mismatch, or None."""
-    batch, problem = check_batch(model, [9, 7], seed=4321, ignore_every=3)
-    if problem is not None:
-        return problem
-
-    def chunked():
-        with label_sparsity.forced():
-            return model(**batch)
-
-    return check_under_run_precision(model, lambda: model(**batch), chunked, "chunked cross-entropy")
+    return check_forced(model, label_sparsity.forced, [9, 7], "chunked cross-entropy", seed=4321, ignore_every=3)
 
 
 def apply_chunked_ce(
@@ -394,19 +386,7 @@ def _label(installed: ChunkedHead) -> str:
     return f"chunked_cross_entropy ({installed.auto_rule})" if installed.mode == "auto" else "chunked_cross_entropy"
 
 
-@dataclass(frozen=True)
-class ChunkedCrossEntropyOptions(PassOptions):
-    chunked_cross_entropy: str = option(
-        "auto",
-        "With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once: "
-        "'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce/).",
-        choices=MODES,
-        off="never",
-    )
-
-
-register_pass(
-    options_class=ChunkedCrossEntropyOptions,
+@register_pass(
     order=20,
     # built by label sparsity as its head (apply_chunked_ce above), from this pass's options the registry hands
     # it; reported under its own name. Its refusals leave label sparsity on, with their own warning.
@@ -415,3 +395,9 @@ register_pass(
     label=_label,
     listed_when_inactive=False,  # "auto", the default, asks for it only on large calls
 )
+@dataclass(frozen=True)
+class ChunkedCrossEntropyOptions(PassOptions):
+    """With label sparsity, compute the head and loss on the kept rows in chunks, never all logits at once:
+    'auto' (when the kept logits would pass 64 MB), 'always', 'never' (exact; passes/chunked_ce/)."""
+
+    chunked_cross_entropy: str = option("auto", choices=MODES, off="never")

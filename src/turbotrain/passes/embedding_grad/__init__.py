@@ -242,17 +242,7 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     return refusal(trainer.args.device, sharding_engine(trainer))
 
 
-@dataclass(frozen=True)
-class EmbeddingGradOptions(PassOptions):
-    embedding_grad: bool = option(
-        True,
-        "Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized "
-        "tensor every step (exact; passes/embedding_grad/).",
-    )
-
-
-register_pass(
-    options_class=EmbeddingGradOptions,
+@register_pass(
     order=40,
     install=lambda model, setup: apply_embedding_grad(model),
     refused_for=lambda model: False,
@@ -261,3 +251,9 @@ register_pass(
         None if modeling.input_embedding(model) is not None else f"{type(model).__name__} has no input embedding"
     ),
 )
+@dataclass(frozen=True)
+class EmbeddingGradOptions(PassOptions):
+    """Accumulate the input embedding's gradient into a persistent buffer instead of a fresh vocabulary-sized
+    tensor every step (exact; passes/embedding_grad/)."""
+
+    embedding_grad: bool = option(True)

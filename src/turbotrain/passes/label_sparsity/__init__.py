@@ -76,7 +76,7 @@ from turbotrain.passes.label_sparsity import host_rows
 from turbotrain.passes.label_sparsity.host_rows import labelled_rows, shifted_targets
 from turbotrain.passes.label_sparsity.reference_calls import answer_reference_calls
 from turbotrain.passes.registry import PassOptions, Setup, StepPlace, TrainerFacts, option, register_pass
-from turbotrain.passes.self_check import check_batch, check_under_run_precision, never_raises
+from turbotrain.passes.self_check import check_forced, never_raises
 from turbotrain.utils.batch_keys import HOST_ROWS_KEYS
 from turbotrain.utils.warnings import warn_once
 
@@ -299,15 +299,7 @@ def _trial_sparsity(model: nn.Module, head: HeadLocation, chunked_head: ChunkedH
 @never_raises
 def self_check(model: nn.Module, installed: LabelSparsity) -> str | None:
     """Compare dense and sparse loss on a tiny batch; return a description of a mismatch, or None."""
-    batch, problem = check_batch(model, [9, 9], seed=1234, ignore_every=2)  # 2 x 9, half the labels ignored
-    if problem is not None:
-        return problem
-
-    def sparse():
-        with installed.forced():
-            return model(**batch)
-
-    return check_under_run_precision(model, lambda: model(**batch), sparse, "sparse")
+    return check_forced(model, installed.forced, [9, 9], "sparse", seed=1234, ignore_every=2)  # half ignored
 
 
 def _virtual_rows(model: nn.Module) -> str | None:
@@ -389,16 +381,7 @@ def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
     return host_rows.HostRowsCollator(inner, installed.head.causal) if host_rows.wanted(place) else inner
 
 
-@dataclass(frozen=True)
-class LabelSparsityOptions(PassOptions):
-    label_sparsity: bool = option(
-        True,
-        "Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity/).",
-    )
-
-
-register_pass(
-    options_class=LabelSparsityOptions,
+@register_pass(
     order=10,
     install=_install,
     refused_by_trainer=reads_full_logits,
@@ -406,3 +389,8 @@ register_pass(
     collator=host_rows_step,
     batch_keys=HOST_ROWS_KEYS,
 )
+@dataclass(frozen=True)
+class LabelSparsityOptions(PassOptions):
+    """Compute the output head and loss only on rows whose label is not -100 (exact; passes/label_sparsity/)."""
+
+    label_sparsity: bool = option(True)

@@ -26,9 +26,12 @@ were (and the numbers are the same either way).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
+from turbotrain.passes.collator_step import CollatorStep, batch_tensor
 from turbotrain.passes.registry import StepPlace
 from turbotrain.utils.batch_keys import HOST_ROWS_KEYS, IGNORE_INDEX, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 
@@ -39,15 +42,14 @@ def wanted(place: StepPlace) -> bool:
     return torch.device(place.device).type != "cpu" and place.in_trainer_loop
 
 
-class HostRowsCollator:
+@dataclass
+class HostRowsCollator(CollatorStep):
     """Wraps a collator: collate (and pack) as before, then add the kept rows label sparsity will use."""
 
-    def __init__(self, inner, causal: bool):
-        self.inner, self.causal = inner, causal
+    causal: bool
 
-    def __call__(self, features):
-        batch = self.inner(features)
-        labels = batch.get("labels") if hasattr(batch, "get") else None
+    def step(self, batch):
+        labels = batch_tensor(batch, "labels")
         if not torch.is_tensor(labels) or labels.dim() != 2 or labels.is_floating_point():
             return batch
         rows, targets = labelled_rows(labels, self.causal)

@@ -51,6 +51,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.boundaries import hf_boundary
+from turbotrain.passes.collator_step import CollatorStep, batch_tensor
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: the pass's self-check)
     _packed,
@@ -72,15 +73,14 @@ MASKED_ATTENTION = {"sdpa", "eager"}
 ATTENTION_CHOICES = ("packed", "masks")  # the packed-attention function where it applies, or masks only
 
 
-class PackingCollator:
+@dataclass
+class PackingCollator(CollatorStep):
     """Wraps a padding collator: collate as before (same masking draws), then pack the result."""
 
-    def __init__(self, inner, spec: PackingSpec):
-        self.inner, self.spec = inner, spec
+    spec: PackingSpec
 
-    def __call__(self, features):
-        batch = self.inner(features)
-        mask = batch.get("attention_mask") if hasattr(batch, "get") else None
+    def step(self, batch):
+        mask = batch_tensor(batch, "attention_mask")
         if mask is None or mask.dim() != 2:
             return batch
         return pack_batch(dict(batch), self.spec)
@@ -374,13 +374,28 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
     return f"{name} computes its own loss, which may read rows"
 
 
+@register_pass(
+    order=30,
+    install=lambda model, setup: apply_padding_free(
+        model,
+        check=setup.check,
+        with_dropout=setup.options.padding_free_with_dropout,
+        row_tokens=setup.options.padding_free_row_tokens,  # packing.py reads a number given as text
+        attention=setup.options.padding_free_attention,
+    ),
+    refused_by_trainer=trainer_refusal,
+    not_applicable=modeling.without_token_input,
+    # the batches stay padded where only TRL's scored calls are packed, inside each call (scored_calls.py)
+    label=lambda installed: getattr(installed, "label", "padding_free"),
+    collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
+    batch_keys=PACKING_KEYS,
+)
 @dataclass(frozen=True)
 class PaddingFreeOptions(PassOptions):
-    padding_free: bool = option(
-        True,
-        "Pack padded training batches into rows with per-sequence attention, where the model is supported and the "
-        "collator pads (exact without dropout; passes/padding_free/).",
-    )
+    """Pack padded training batches into rows with per-sequence attention, where the model is supported and the
+    collator pads (exact without dropout; passes/padding_free/)."""
+
+    padding_free: bool = option(True)
     padding_free_with_dropout: bool = option(
         False,
         "Pack padded batches also for a model that trains with dropout. Off by default: packed rows draw other "
@@ -401,22 +416,3 @@ class PaddingFreeOptions(PassOptions):
         choices=("packed", "masks"),
         off="masks",
     )
-
-
-register_pass(
-    options_class=PaddingFreeOptions,
-    order=30,
-    install=lambda model, setup: apply_padding_free(
-        model,
-        check=setup.check,
-        with_dropout=setup.options.padding_free_with_dropout,
-        row_tokens=setup.options.padding_free_row_tokens,  # packing.py reads a number given as text
-        attention=setup.options.padding_free_attention,
-    ),
-    refused_by_trainer=trainer_refusal,
-    not_applicable=modeling.without_token_input,
-    # the batches stay padded where only TRL's scored calls are packed, inside each call (scored_calls.py)
-    label=lambda installed: getattr(installed, "label", "padding_free"),
-    collator=lambda installed, inner, place: installed.collator(inner),  # packs wherever the step runs
-    batch_keys=PACKING_KEYS,
-)
