@@ -16,6 +16,7 @@ from tests.parity import assert_same, loss_and_grads
 from tests.tiny_models import make, padded_batch
 from turbotrain import optimize
 from turbotrain.boundaries import hf_boundary
+from turbotrain.passes.padding_free import attention_kernels, kernel_choice
 from turbotrain.passes.padding_free.packed_attention import PREFIX
 from turbotrain.passes.padding_free.packed_sequences import PACKED_SEQUENCES, sequence_metadata
 
@@ -176,7 +177,9 @@ def _square_shapes(family, attention):
 
 @pytest.mark.parametrize("family", ["bert", "llama", "mistral", "gemma2"])
 def test_the_packed_path_builds_no_row_by_row_tensor(family):
-    squares, batch_squares = _square_shapes(family, "packed")
+    # per length (or a varlen kernel): none; the row mask kernel builds one, and is chosen only where faster
+    with kernel_choice.forced("per_length"):
+        squares, batch_squares = _square_shapes(family, "packed")
     assert not squares and not batch_squares
     squares, batch_squares = _square_shapes(family, "masks")  # the mask modes do: the recorder sees them
     assert squares
@@ -318,20 +321,17 @@ def test_compiled_packed_training_stops_recompiling_and_matches_eager():
 def test_gqa_calls_take_torchs_varlen_kernel_only_where_it_has_enable_gqa(monkeypatch):
     import torch.nn.attention.varlen as varlen
 
-    from turbotrain.passes.padding_free import packed_attention
-
     def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):  # torch 2.11's
         raise AssertionError("not called")
 
-    assert packed_attention.torch_varlen_takes(6, 2)  # this torch's varlen_attn has enable_gqa
+    assert attention_kernels.torch_varlen_takes(6, 2)  # this torch's varlen_attn has enable_gqa
     monkeypatch.setattr(varlen, "varlen_attn", kernel_2_11)
-    assert not packed_attention.torch_varlen_takes(6, 2)  # GQA: per length (measured faster than repeating KV)
-    assert packed_attention.torch_varlen_takes(6, 6)  # no GQA: the kernel
+    assert not attention_kernels.torch_varlen_takes(6, 2)  # GQA: another kernel (measured faster than repeating KV)
+    assert attention_kernels.torch_varlen_takes(6, 6)  # no GQA: the kernel
 
 
 def test_per_length_output_takes_the_attentions_dtype_under_autocast():
     # on CUDA under bf16 autocast, rotary embeddings leave fp32 queries while SDPA returns bf16 (seen on an H200)
-    from turbotrain.passes.padding_free.packed_attention import _per_length
     from turbotrain.passes.padding_free.packed_sequences import PackedSequences
 
     query = torch.randn(1, 2, 5, 4)  # [R, H, C, D], fp32: one row, two sequences (3 and 2 tokens)
@@ -340,6 +340,7 @@ def test_per_length_output_takes_the_attentions_dtype_under_autocast():
     def stock(module, q, k, v, mask, **kwargs):  # the model's attention, answering in bf16
         return q.transpose(1, 2).to(torch.bfloat16), None
 
-    out = _per_length(stock, "sdpa", None, query, query, query, sequences, True, {})
+    call = attention_kernels.PackedCall(stock, "sdpa", None, query, query, query, sequences, True, {})
+    out = attention_kernels.per_length(call)
     assert out.dtype == torch.bfloat16 and out.shape == (5, 2, 4)
     assert torch.equal(out, query[0].transpose(0, 1).to(torch.bfloat16))

@@ -14,7 +14,7 @@ from tests.parity import assert_same, loss_and_grads
 from tests.passes.test_packed_attention import _model
 from tests.tiny_models import make, padded_batch
 from turbotrain import optimize
-from turbotrain.passes.padding_free import packed_attention
+from turbotrain.passes.padding_free import attention_kernels, kernel_choice
 
 ON_CUDA = torch.cuda.is_available()  # hardware, not an optional dependency: no requires_ marker
 pytestmark = pytest.mark.skipif(not ON_CUDA, reason="needs a CUDA GPU")
@@ -35,46 +35,60 @@ def _pair(family, task="lm", dtype=torch.float32, **options):
 
 
 def _kernels_called(monkeypatch) -> list[str]:
+    """The kernels that attend the model's packed calls (kernel_choice.attend's picks, not its measurements)."""
     chosen = []
-    original = packed_attention._varlen_kernel
-    monkeypatch.setattr(
-        packed_attention, "_varlen_kernel", lambda *a: chosen.append(original(*a)) or chosen[-1], raising=True
-    )
+    real = kernel_choice.choose
+    monkeypatch.setattr(kernel_choice, "choose", lambda call: chosen.append(real(call)) or chosen[-1])
     return chosen
 
 
+VARLEN = [
+    name
+    for name in ("flash_attn", "torch_varlen")
+    if attention_kernels.installed(name.replace("torch_varlen", "torch.nn.attention.varlen"))
+]
+
+
+@pytest.mark.parametrize("kernel", ["flash_attn", "torch_varlen", "row_mask", "per_length"])
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2", "mistral"])
-def test_bf16_varlen_kernel_matches_padded_stock(family, monkeypatch):
+def test_every_bf16_kernel_matches_padded_stock(family, kernel, monkeypatch):
     # bidirectional (BERT), causal, GQA 4:1 (Qwen2), a sliding window of 8 (Mistral: window_size (7, 0))
-    chosen = _kernels_called(monkeypatch)
+    if kernel == "flash_attn" and not attention_kernels.installed("flash_attn"):
+        pytest.skip("flash-attn is not installed")
     stock, model, report, padded, packed = _pair(family, dtype=torch.bfloat16)
     assert report.padding_free.spec.mask == "sequences"
-    got = loss_and_grads(model, packed)
+    called = []
+    monkeypatch.setitem(kernel_choice.KERNELS, kernel, _recording(kernel_choice.KERNELS[kernel], called))
+    with kernel_choice.forced(kernel):
+        got = loss_and_grads(model, packed)
     config = model.config
     gqa = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
-    # a GQA call attends per length where torch's varlen_attn lacks enable_gqa (torch 2.11) and flash-attn is absent
-    per_length_expected = gqa and not packed_attention._installed("flash_attn")
-    per_length_expected = per_length_expected and not packed_attention.torch_varlen_takes(2, 1)
-    wanted = (None,) if per_length_expected else ("torch", "flash_attn")
-    assert chosen and all(kernel in wanted for kernel in chosen), chosen
+    takes = kernel != "torch_varlen" or not gqa or attention_kernels.torch_varlen_takes(2, 1)
+    assert bool(called) == takes, called
     assert_same(loss_and_grads(stock, padded), got, dtype=torch.bfloat16)
 
 
+def _recording(kernel, called):
+    return lambda call: called.append(1) or kernel(call)
+
+
 @pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
-def test_bf16_varlen_kernel_matches_the_per_length_path(family, monkeypatch):
-    # the same packed batch through the kernel and through the per-length path: closer than to padded stock
+def test_the_measured_bf16_choice_matches_the_per_length_path(family, monkeypatch):
+    # the same packed batch through the measured kernel and through the per-length path: close in bf16
+    chosen = _kernels_called(monkeypatch)
     stock, model, report, padded, packed = _pair(family, dtype=torch.bfloat16)
-    fused = loss_and_grads(model, packed)
-    monkeypatch.setattr(packed_attention, "_kernel_failed", {"torch", "flash_attn"})
-    assert_same(loss_and_grads(model, packed), fused, dtype=torch.bfloat16)
+    measured = loss_and_grads(model, packed)
+    assert chosen and set(chosen) <= {*VARLEN, "row_mask", "per_length"}, chosen
+    with kernel_choice.forced("per_length"):
+        assert_same(loss_and_grads(model, packed), measured, dtype=torch.bfloat16)
 
 
 @pytest.mark.parametrize("family,task", [("bert", "lm"), ("llama", "tok"), ("mistral", "lm"), ("gemma2", "lm")])
-def test_fp32_on_cuda_takes_the_per_length_path_exactly(family, task, monkeypatch):
+def test_fp32_on_cuda_takes_a_mask_kernel_exactly(family, task, monkeypatch):
     chosen = _kernels_called(monkeypatch)
     stock, model, report, padded, packed = _pair(family, task)
     got = loss_and_grads(model, packed)
-    assert set(chosen) == {None}
+    assert chosen and set(chosen) <= {"row_mask", "per_length"}, chosen  # the varlen kernels take half precision
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
 
 

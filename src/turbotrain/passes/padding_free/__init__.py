@@ -53,6 +53,7 @@ from turbotrain import modeling
 from turbotrain.boundaries import hf_boundary
 from turbotrain.passes.collator_step import CollatorStep, batch_tensor
 from turbotrain.passes.installed import HookedPass
+from turbotrain.passes.padding_free import kernel_choice
 from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: the pass's self-check)
     _packed,
     carries_state,
@@ -156,6 +157,12 @@ class PaddingFree(HookedPass):
 
     def collator(self, inner) -> PackingCollator:
         return PackingCollator(inner, self.spec)
+
+    @property
+    def label(self) -> str:
+        """Its name in the run's summary: with the packed-attention kernels chosen in this process so far."""
+        kernels = kernel_choice.chosen_kernels() if self.attention is not None else []
+        return f"padding_free (attention: {', '.join(kernels)})" if kernels else "padding_free"
 
     def remove(self) -> None:
         super().remove()

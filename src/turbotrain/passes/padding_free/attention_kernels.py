@@ -1,0 +1,223 @@
+"""The exact kernels one packed attention call can run through (packed_attention.py asks kernel_choice.py which).
+
+A call (`PackedCall`) is the model's attention on packed rows: query, key and value [R, H, C, D] (KV heads may
+be fewer: GQA), the batch's `PackedSequences` and `cu_seq_lens_q` (every sequence, and each row's unused tail, a
+segment of the flattened [R * C] tokens). Every kernel returns [R * C, H, Dv] in which each sequence's queries
+met exactly the keys stock's padded mask lets them meet (its own, causally where the model is causal, within its
+sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each row's tail is zeros:
+
+* `flash_attn`: flash-attn's `flash_attn_varlen_func`, one launch (CUDA, bf16/fp16, head dim <= 256; soft-caps
+  and drops out; installed by the user);
+* `torch_varlen`: torch's `varlen_attn`, one launch (CUDA, bf16/fp16; no soft-cap, dropout or sinks; GQA only
+  where it has `enable_gqa`, torch >= 2.13: repeating KV heads measured 6x slower on torch 2.11);
+* `row_mask`: the model's own attention function once over the rows with a [R, 1, C, C] block-diagonal mask:
+  what stock Transformers runs on a flattened batch (`DataCollatorWithFlattening`); R * C^2 work and mask bytes,
+  so only up to `ROW_MASK_MAX_ELEMENTS`; soft-capping, sinks and scaling are the model's code;
+* `per_length`: the model's own attention once per sequence length, [count, H, length, D] per call: sum(l^2)
+  work, one call per distinct length; takes every call (the reference the others are checked against).
+
+`applicable(call)` lists the kernels that can take a call, in the order preferred when nothing is measured.
+Exact: each kernel computes the same formula over the same keys; fp32 outputs and gradients agree to float
+summation order, half precision to the kernels' rounding (kernel_choice.py drops any that disagrees).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import inspect
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
+
+_HALF = (torch.bfloat16, torch.float16)
+ROW_MASK_MAX_ELEMENTS = 1 << 28  # R * C * C: a 256 MB bool mask (16k tokens in one row)
+_NOT_FOR_THE_MODEL = (*CU_SEQ_LENS, *MAX_LENGTHS, "position_ids")
+
+
+@dataclass
+class PackedCall:
+    """One attention call on packed rows: the model's own function (`stock`, of the `original` implementation,
+    "sdpa" or "eager"), its attention module, query/key/value [R, H, C, D], the sequences, whether it is
+    causal, and the other keywords Transformers passed (scaling, dropout, sliding_window, softcap, ...)."""
+
+    stock: Any
+    original: str
+    module: nn.Module
+    query: torch.Tensor
+    key: torch.Tensor
+    value: torch.Tensor
+    sequences: PackedSequences
+    causal: bool
+    kwargs: dict
+
+    @property
+    def window(self) -> int | None:
+        return self.kwargs.get("sliding_window")
+
+    def with_tensors(self, query, key, value) -> PackedCall:
+        return PackedCall(self.stock, self.original, self.module, query, key, value, self.sequences, self.causal,
+                          self.kwargs)  # fmt: skip
+
+    def model_keywords(self) -> dict:
+        """The keywords the model's own function takes (not the varlen metadata)."""
+        call = {n: x for n, x in self.kwargs.items() if n not in _NOT_FOR_THE_MODEL}
+        if self.original == "sdpa":
+            call["is_causal"] = self.causal  # Transformers' SDPA leaves it to a mask where one is given
+        return call
+
+
+def _tokens(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(1, 2).reshape(-1, x.shape[1], x.shape[3])  # [R, H, C, D] -> [R * C, H, D]
+
+
+# --- the kernels ---------------------------------------------------------------------------------------------
+
+
+def per_length(call: PackedCall) -> torch.Tensor:
+    """The model's own attention once per sequence length: [count, H, length, D] per call."""
+    query, value, order = call.query, call.value, call.sequences.order
+    q, k, v = (_tokens(x).index_select(0, order) for x in (query, call.key, value))  # [N, H, D]: by length
+    keywords = call.model_keywords()
+    outputs, offset = [], 0
+    for count, length in call.sequences.groups:
+        size = count * length
+        part = [x[offset : offset + size].view(count, length, *x.shape[1:]).transpose(1, 2) for x in (q, k, v)]
+        mask = _band(length, call.causal, call.window, eager=call.original == "eager", like=query)
+        out, _ = call.stock(call.module, *part, mask, **keywords)  # [count, length, H, Dv]
+        outputs.append(out.reshape(size, *out.shape[2:]))
+        offset += size
+    total = query.shape[0] * query.shape[2]
+    if not outputs:
+        return query.new_zeros(total, query.shape[1], value.shape[-1])
+    attended = torch.cat(outputs)  # its dtype, not the query's: under autocast fp32 queries give bf16 outputs
+    return attended.new_zeros(total, *attended.shape[1:]).index_copy(0, order, attended)
+
+
+def _band(length: int, causal: bool, window: int | None, eager: bool, like: torch.Tensor):
+    """[1, 1, L, L] mask for one length (bool; additive for eager), or None where none is needed."""
+    binds = window is not None and window < length
+    if not binds and not (causal and eager):
+        return None
+    distance = torch.arange(length, device=like.device)[:, None] - torch.arange(length, device=like.device)
+    allowed = distance >= 0 if causal else torch.ones_like(distance, dtype=torch.bool)
+    if binds:
+        allowed &= distance.abs() < window
+    return _as_mask(allowed[None, None], eager, like)
+
+
+def _as_mask(allowed: torch.Tensor, eager: bool, like: torch.Tensor) -> torch.Tensor:
+    if not eager:
+        return allowed
+    return torch.zeros(allowed.shape, dtype=like.dtype, device=like.device).masked_fill(
+        ~allowed, torch.finfo(like.dtype).min
+    )
+
+
+def row_mask(call: PackedCall) -> torch.Tensor:
+    """The model's own attention over each packed row with a block-diagonal mask (tails attend within their own
+    segment, so no query meets no key; their outputs are then zeroed)."""
+    query, value = call.query, call.value
+    rows, heads, capacity, _ = query.shape
+    segment = _segment_ids(call).view(rows, capacity)
+    distance = torch.arange(capacity, device=query.device)[:, None] - torch.arange(capacity, device=query.device)
+    allowed = segment[:, :, None] == segment[:, None, :]  # [R, C, C]
+    if call.causal:
+        allowed &= distance >= 0
+    if call.window is not None and call.window < capacity:
+        allowed &= distance.abs() < call.window
+    keywords = call.model_keywords()  # with a mask, Transformers' SDPA is not causal: the mask carries it
+    mask = _as_mask(allowed[:, None], eager=call.original == "eager", like=query)
+    out, _ = call.stock(call.module, query, call.key, value, mask, **keywords)  # [R, C, H, Dv]
+    out = out.reshape(rows * capacity, heads, out.shape[-1])
+    real = torch.zeros(rows * capacity, dtype=torch.bool, device=out.device).index_fill_(0, call.sequences.order, True)
+    return torch.where(real[:, None, None], out, out.new_zeros(()))
+
+
+def _segment_ids(call: PackedCall) -> torch.Tensor:
+    """[R * C]: each flattened token's segment (a sequence, or a row's tail), from `cu_seq_lens_q` (no host sync)."""
+    ends = call.kwargs[CU_SEQ_LENS[0]].to(call.query.device, torch.long, non_blocking=True)[1:]
+    tokens = torch.arange(call.query.shape[0] * call.query.shape[2], device=call.query.device)
+    return torch.searchsorted(ends, tokens, right=True)
+
+
+def flash_attn(call: PackedCall) -> torch.Tensor:
+    from flash_attn import flash_attn_varlen_func
+
+    q, k, v, cu, longest, left = _varlen_inputs(call)
+    return flash_attn_varlen_func(
+        q, k, v, cu, cu, longest, longest, dropout_p=call.kwargs.get("dropout", 0.0),
+        softmax_scale=call.kwargs.get("scaling"), causal=call.causal, window_size=(left, left),
+        softcap=call.kwargs.get("softcap") or 0.0,
+    )  # fmt: skip
+
+
+def torch_varlen(call: PackedCall) -> torch.Tensor:
+    from torch.nn.attention.varlen import varlen_attn
+
+    q, k, v, cu, longest, left = _varlen_inputs(call)
+    right = 0 if call.causal else left
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # `applicable` checked it is taken
+    return varlen_attn(q, k, v, cu, cu, longest, longest, scale=call.kwargs.get("scaling"), window_size=(left, right),
+                       **gqa)  # fmt: skip
+
+
+def _varlen_inputs(call: PackedCall):
+    q, k, v = (_tokens(x).contiguous() for x in (call.query, call.key, call.value))
+    cu = call.kwargs[CU_SEQ_LENS[0]].to(q.device, torch.int32, non_blocking=True)  # no-op where the Trainer moved it
+    left = -1 if call.window is None else call.window - 1
+    return q, k, v, cu, call.kwargs[MAX_LENGTHS[0]], left
+
+
+KERNELS = {"flash_attn": flash_attn, "torch_varlen": torch_varlen, "per_length": per_length, "row_mask": row_mask}
+
+
+# --- which kernels take a call -------------------------------------------------------------------------------
+
+
+def applicable(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The kernels that can take `call` (none of `failed`), in the order preferred when nothing is measured."""
+    names = [*_varlen_kernels(call), "per_length"]
+    rows, _, capacity, _ = call.query.shape
+    if CU_SEQ_LENS[0] in call.kwargs and rows * capacity * capacity <= ROW_MASK_MAX_ELEMENTS:
+        names.append("row_mask")
+    return [name for name in names if name not in failed]
+
+
+def _varlen_kernels(call: PackedCall) -> list[str]:
+    query, value, kwargs = call.query, call.value, call.kwargs
+    if query.device.type != "cuda" or query.dtype not in _HALF or CU_SEQ_LENS[0] not in kwargs:
+        return []
+    if query.shape[-1] != value.shape[-1] or query.shape[-1] > 256 or kwargs.get("s_aux") is not None:
+        return []
+    names = ["flash_attn"] if installed("flash_attn") else []
+    plain = not kwargs.get("dropout") and kwargs.get("softcap") is None
+    if plain and installed("torch.nn.attention.varlen") and torch_varlen_takes(query.shape[1], call.key.shape[1]):
+        names.append("torch_varlen")
+    return names
+
+
+def torch_varlen_takes(query_heads: int, kv_heads: int) -> bool:
+    """Whether torch's `varlen_attn` takes a call with these head counts: GQA needs its `enable_gqa` keyword
+    (torch 2.13 has it; 2.11 has not). Without it a GQA call takes another kernel: on an H200 with torch 2.11,
+    KV heads repeated for varlen_attn made a Qwen2-layout SFT step 6x slower than per-length SDPA
+    (benchmarks/2026-12-04-h200.md), while models without GQA gained from the kernel (MLM 0.08x -> 1.65x)."""
+    if query_heads == kv_heads:
+        return True
+    from torch.nn.attention.varlen import varlen_attn
+
+    return _takes_keyword(varlen_attn, "enable_gqa")
+
+
+@functools.cache
+def _takes_keyword(function, name: str) -> bool:
+    return name in inspect.signature(function).parameters
+
+
+@functools.cache
+def installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None

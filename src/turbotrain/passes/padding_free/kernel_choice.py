@@ -1,0 +1,256 @@
+"""Which exact kernel (attention_kernels.py) a packed attention call runs through: measured on the device, once
+per kind of call, and cached like the `auto` backend's choice.
+
+Kind (`CallKind`): the device (its name: CUDA's device name, or the CPU's model), torch's and flash-attn's
+versions, the model's attention ("sdpa" or "eager"), dtype, query heads, KV heads, head dim, causal, sliding
+window, training or not, and the batch's shape bucket: rows, row capacity and mean sequence length, each rounded
+up to a power of two.
+
+Measured: where more than one kernel takes a call, each runs the call's own tensors (detached copies, in a
+thread of its own under the caller's autocast: the model's graph and gradient checkpointing never see it) forward and, in training, backward with one fixed output gradient; one warm-up,
+then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose output (or gradients) differs from
+`per_length`'s, the model's own function, by more than float tolerance (1e-4 in fp32, 2e-2 in half precision) is
+dropped with a warning: only exact kernels are candidates. The fastest wins where it beats the first in the
+preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
+process (`CHOSEN`, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
+later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind.
+
+`forced(name)`: a context in which every call takes kernel `name` where it applies (per_length elsewhere), for
+benchmarks and tests. A kernel that raises (a build without it) is dropped for the process with a warning, and
+the call takes the next.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import platform
+import statistics
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+
+import torch
+
+from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable
+from turbotrain.utils.cache import digest, read_entry, write_entry
+from turbotrain.utils.warnings import warn_once
+
+logger = logging.getLogger("turbotrain")
+
+CACHE_FILE = "packed_attention.json"
+REPEATS = 3
+MARGIN = 1.10  # a kernel replaces the preferred one only when at least 10% faster
+CHOSEN: dict[CallKind, str] = {}
+_failed: set[str] = set()
+_forced: list[str] = []
+
+
+@dataclass(frozen=True)
+class CallKind:
+    device: str
+    versions: str
+    original: str
+    dtype: str
+    heads: int
+    kv_heads: int
+    head_dim: int
+    causal: bool
+    window: int | None
+    training: bool
+    rows: int
+    capacity: int
+    mean_length: int
+
+    @classmethod
+    def of(cls, call: PackedCall) -> CallKind:
+        rows, heads, capacity, head_dim = call.query.shape
+        groups = call.sequences.groups
+        sequences = sum(count for count, _ in groups)
+        mean = sum(count * length for count, length in groups) // max(sequences, 1)
+        return cls(
+            _device_name(call.query.device), _versions(), call.original, str(call.query.dtype).removeprefix("torch."),
+            heads, call.key.shape[1], head_dim, bool(call.causal), call.window, bool(call.module.training),
+            _bucket(rows), _bucket(capacity), _bucket(mean),
+        )  # fmt: skip
+
+    def key(self) -> str:
+        return digest(*(f"{name}={value}" for name, value in asdict(self).items()))
+
+    def line(self) -> str:
+        return (f"{self.dtype}, {self.heads}/{self.kv_heads} heads of {self.head_dim}, "
+                f"{'causal' if self.causal else 'bidirectional'}, ~{self.mean_length} tokens a sequence, "
+                f"{self.rows} rows of ~{self.capacity}")  # fmt: skip
+
+
+def _bucket(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"{device.type}:{platform.processor() or platform.machine()}"
+
+
+def _versions() -> str:
+    from turbotrain.passes.padding_free.attention_kernels import installed
+
+    flash = "none"
+    if installed("flash_attn"):
+        import flash_attn
+
+        flash = getattr(flash_attn, "__version__", "?")
+    return f"torch {torch.__version__}, flash-attn {flash}"
+
+
+@contextlib.contextmanager
+def forced(name: str) -> Iterator[None]:
+    """Every call takes kernel `name` where it applies (per_length where it does not), inside the context."""
+    if name not in KERNELS:
+        raise ValueError(f"no packed attention kernel '{name}'; the kernels: {', '.join(KERNELS)}")
+    _forced.append(name)
+    try:
+        yield
+    finally:
+        _forced.pop()
+
+
+def attend(call: PackedCall) -> torch.Tensor:
+    """[R * C, H, Dv]: `call` through its chosen kernel (the next one where that kernel raises)."""
+    while True:
+        name = _forced_kernel(call) or choose(call)
+        try:
+            return KERNELS[name](call)
+        except Exception as error:
+            if name == "per_length":
+                raise  # the model's own function: its error is the model's
+            _drop(name, error)
+
+
+def _forced_kernel(call: PackedCall) -> str | None:
+    if not _forced:
+        return None
+    return _forced[-1] if _forced[-1] in applicable(call, _failed) else "per_length"
+
+
+def _drop(name: str, error: Exception) -> None:
+    _failed.add(name)
+    for kind in [kind for kind, chosen in CHOSEN.items() if chosen == name]:
+        del CHOSEN[kind]
+    warn_once(f"turbotrain: packed attention's {name} kernel failed ({type(error).__name__}: {error}); "
+              "the other exact kernels take its calls from now on")  # fmt: skip
+
+
+def choose(call: PackedCall) -> str:
+    """The kernel for `call`'s kind: remembered, cached on disk, or measured now."""
+    names = applicable(call, _failed)
+    if len(names) == 1:
+        return names[0]
+    kind = CallKind.of(call)
+    chosen = CHOSEN.get(kind)
+    if chosen is None:
+        cached = read_entry(CACHE_FILE, kind.key())
+        chosen = cached.get("kernel") if isinstance(cached, dict) else None
+        if chosen not in names:
+            chosen = _in_own_thread(call.query.device, lambda: _measure(call, kind, names))
+        CHOSEN[kind] = chosen
+    return chosen if chosen in names else names[0]
+
+
+def _in_own_thread(device: torch.device, measure):
+    """`measure()` in a thread of its own, under the caller's autocast: out of reach of the saved-tensor hooks
+    the caller may be under (gradient checkpointing counts every tensor its forward saves, and would find the
+    measurement's in the forward but not in the recomputation)."""
+    autocasts = [(kind, torch.get_autocast_dtype(kind)) for kind in ("cpu", "cuda") if torch.is_autocast_enabled(kind)]
+
+    def run():
+        with contextlib.ExitStack() as stack:
+            for kind, dtype in autocasts:
+                stack.enter_context(torch.autocast(kind, dtype))
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            return measure()
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
+    reference = None
+    timings: dict[str, float] = {}
+    for name in ["per_length", *(n for n in names if n != "per_length")]:
+        try:
+            result = _run_once(call, name, kind.training)
+            if reference is None:
+                reference = result
+            elif not _agrees(result, reference, call.query.dtype):
+                warn_once(f"turbotrain: packed attention's {name} kernel disagrees with the model's own attention "
+                          f"({kind.line()}); it is not used for such calls")  # fmt: skip
+                continue
+            timings[name] = _median_seconds(call, name, kind.training)
+        except Exception as error:
+            if name == "per_length":
+                raise
+            _drop(name, error)
+    preferred = next(name for name in names if name in timings)
+    fastest = min(timings, key=timings.get)
+    chosen = fastest if timings[fastest] * MARGIN < timings[preferred] else preferred
+    times = ", ".join(f"{name} {seconds * 1e3:.2f} ms" for name, seconds in sorted(timings.items(), key=lambda x: x[1]))
+    logger.info("turbotrain: packed attention for %s: %s (measured: %s)", kind.line(), chosen, times)
+    write_entry(CACHE_FILE, kind.key(), {"kernel": chosen, "ms": {n: s * 1e3 for n, s in timings.items()},
+                                         "kind": asdict(kind)})  # fmt: skip
+    return chosen
+
+
+def _copies(call: PackedCall, training: bool) -> PackedCall:
+    return call.with_tensors(*(x.detach().clone().requires_grad_(training) for x in (call.query, call.key, call.value)))
+
+
+def _run_once(call: PackedCall, name: str, training: bool) -> list[torch.Tensor]:
+    """The kernel's output on copies of the call's tensors, and in training their gradients for one fixed
+    output gradient (seeded: the same for every kernel)."""
+    copies = _copies(call, training)
+    with torch.enable_grad() if training else torch.no_grad():
+        out = KERNELS[name](copies)
+        if not training:
+            return [out.detach()]
+        generator = torch.Generator(device=out.device).manual_seed(0)
+        grad = torch.randn(out.shape, generator=generator, device=out.device, dtype=out.dtype)
+        inputs = (copies.query, copies.key, copies.value)
+        return [out.detach(), *torch.autograd.grad(out, inputs, grad, allow_unused=True)]
+
+
+def _agrees(got: list, expected: list, dtype: torch.dtype) -> bool:
+    tolerance = 1e-4 if dtype == torch.float32 else 2e-2
+    return all(
+        (a is None and b is None) or (a is not None and b is not None and torch.allclose(
+            a.float(), b.float(), rtol=tolerance, atol=tolerance))
+        for a, b in zip(got, expected)
+    )  # fmt: skip
+
+
+def _median_seconds(call: PackedCall, name: str, training: bool) -> float:
+    _run_once(call, name, training)  # warm-up
+    seconds = []
+    for _ in range(REPEATS):
+        _synchronize(call.query.device)
+        start = time.perf_counter()
+        _run_once(call, name, training)
+        _synchronize(call.query.device)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def chosen_kernels() -> list[str]:
+    """The kernels chosen for this process's packed calls so far, most used first (the run's summary)."""
+    counts: dict[str, int] = {}
+    for name in CHOSEN.values():
+        counts[name] = counts.get(name, 0) + 1
+    return sorted(counts, key=lambda name: -counts[name])
