@@ -7,7 +7,7 @@ difference and the largest gradient difference relative to that gradient's scale
 gradient is finite. Passes within 1e-4 (fp32, TF32 off) or 5e-2 (bf16 autocast). The scored-call rows do the
 same for TRL's per-row log-prob call (`fused_lm_head=True`) packed inside the call against the padded call, and
 fail unless the call was packed (one packed row of the batch's real tokens): on CUDA this runs the varlen kernel,
-GQA included (packed_attention.torch_varlen_takes decides whether the kernel takes GQA on this torch).
+GQA included (attention_kernels.torch_varlen_takes decides whether the kernel takes GQA on this torch).
 
 Host syncs: each pass's step (batch already on the device, fused AdamW step included) runs once to warm up,
 then once per phase (forward, backward, optimizer) with `torch.cuda.set_sync_debug_mode("warn")`, recording
@@ -146,14 +146,17 @@ def one_step(model, batch: dict, device: torch.device, dtype: torch.dtype):
     return loss.detach().float(), grads
 
 
-def differences(expected, got) -> tuple[float, float, bool]:
+def differences(expected, got, dtype: torch.dtype = torch.float32) -> tuple[float, float, bool]:
     """(loss relative difference, largest gradient difference relative to its tensor's scale, all finite).
 
-    A tensor's scale is floored at 1e-6 of the largest gradient in the model: gradients that are zero in exact
-    arithmetic (attention key biases: softmax ignores a constant shift) hold only rounding noise."""
+    A tensor's scale is floored at the largest gradient in the model times the run's rounding unit (1e-6 in fp32,
+    bf16's epsilon 2^-7 under bf16): gradients that are zero in exact arithmetic (attention key biases: softmax
+    ignores a constant shift) hold only rounding noise, which in bf16 differs between any two kernels by up to
+    ~1x their own size (seen: RoBERTa's key-bias gradients of 4e-8, 1e-6 of the largest, 0.1-1.0 apart)."""
     (loss_a, grads_a), (loss_b, grads_b) = expected, got
     loss_rel = abs(float(loss_a) - float(loss_b)) / max(abs(float(loss_a)), 1e-12)
-    floor = 1e-6 * max((float(a.abs().max()) for a in grads_a.values()), default=1.0)
+    unit = 1e-6 if dtype == torch.float32 else torch.finfo(dtype).eps
+    floor = unit * max((float(a.abs().max()) for a in grads_a.values()), default=1.0)
     grad_rel = 0.0
     for name, a in grads_a.items():
         b = grads_b.get(name)
@@ -185,7 +188,7 @@ def _parity_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
         padded = padded_batch(stock)
         expected = one_step(stock, {k: v.to(device) for k, v in padded.items()}, device, dtype)
         got = one_step(model, feed(padded), device, dtype)
-        loss_rel, grad_rel, finite = differences(expected, got)
+        loss_rel, grad_rel, finite = differences(expected, got, dtype)
     except Exception as error:  # a row that breaks is reported, the check goes on
         return {**row, "result": "ERROR", "note": _one_line(error)}
     return verdict(row, dtype, (loss_rel, grad_rel, finite), "applied: " + (", ".join(applied) or "none"))
@@ -249,7 +252,7 @@ def _scored_call_row(kind: str, device: torch.device, dtype: torch.dtype) -> dic
         batch = {k: v.to(device) for k, v in padded_batch(stock).items()}
         tokens = _count_packed_tokens(report.padding_free)
         expected, got = _scored_call(stock, batch, device, dtype), _scored_call(packed, batch, device, dtype)
-        loss_rel, grad_rel, finite = differences(expected, got)
+        loss_rel, grad_rel, finite = differences(expected, got, dtype)
     except Exception as error:  # a row that breaks is reported, the check goes on
         return {**row, "result": "ERROR", "note": _one_line(error)}
     real = int(batch["attention_mask"].sum())
@@ -417,7 +420,7 @@ def _compiled_row(backend: str, options: dict, device: torch.device, dtype: torc
         start = time.perf_counter()
         got = one_step(model, batch, device, dtype)
         first_s = time.perf_counter() - start
-        loss_rel, grad_rel, finite = differences(expected, got)
+        loss_rel, grad_rel, finite = differences(expected, got, dtype)
     except BackendUnavailable as why:
         return {**row, "result": "refused", "note": _one_line(why)}
     except Exception as error:

@@ -34,6 +34,14 @@ def test_peers_that_do_not_apply_say_why():
     assert unavailable("sft", "stock (sdpa)") is None and unavailable("mlm", "turbotrain") is None
 
 
+def test_chat_lengths_are_long_tailed_and_fill_the_batch():
+    from scripts.gpu_check_kernels import chat_lengths
+
+    lengths = chat_lengths(16384, 500, 4096)
+    assert 16384 - 4096 < sum(lengths) <= 16384 and max(lengths) <= 4096 and min(lengths) >= 8
+    assert 250 < sorted(lengths)[len(lengths) // 2] < 1000 and max(lengths) > 1500
+
+
 def test_loss_difference_and_table():
     assert loss_difference([1.0, 2.02], [1.0, 2.0]) == pytest.approx(0.01)
     assert loss_difference([1.0], [1.0, 2.0]) is None
@@ -52,8 +60,11 @@ def quick_check(out: Path, *flags: str) -> str:
 
 def test_the_cpu_pass_runs_every_section_without_a_failing_row(tmp_path):
     report = quick_check(tmp_path / "gpu_check.md")
-    for heading in ("Passes against stock", "Host syncs", "Backends against eager", "Benchmark"):
+    for heading in ("Passes against stock", "Host syncs", "Backends against eager", "Packed attention kernels",
+                    "Benchmark"):  # fmt: skip
         assert heading in report
+    for shape in ("qwen2.5-0.5b", "llama-3.2-1b"):  # the chosen kernel against stock + flattening's, per layout
+        assert any(line.startswith(f"| {shape} |") and "| yes | PASS |" in line for line in report.splitlines())
     assert "ERROR" not in report and "| FAIL" not in report
     for task in TASKS:
         assert f"| {task} | turbotrain | " in report and f"| {task} | stock (sdpa) | " in report

@@ -178,22 +178,7 @@ def _in_own_thread(device: torch.device, measure):
 
 
 def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
-    reference = None
-    timings: dict[str, float] = {}
-    for name in ["per_length", *(n for n in names if n != "per_length")]:
-        try:
-            result = _run_once(call, name, kind.training)
-            if reference is None:
-                reference = result
-            elif not _agrees(result, reference, call.query.dtype):
-                warn_once(f"turbotrain: packed attention's {name} kernel disagrees with the model's own attention "
-                          f"({kind.line()}); it is not used for such calls")  # fmt: skip
-                continue
-            timings[name] = _median_seconds(call, name, kind.training)
-        except Exception as error:
-            if name == "per_length":
-                raise
-            _drop(name, error)
+    timings = timed_kernels(call, names, kind.training, kind.line())
     preferred = next(name for name in names if name in timings)
     fastest = min(timings, key=timings.get)
     chosen = fastest if timings[fastest] * MARGIN < timings[preferred] else preferred
@@ -202,6 +187,28 @@ def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
     write_entry(CACHE_FILE, kind.key(), {"kernel": chosen, "ms": {n: s * 1e3 for n, s in timings.items()},
                                          "kind": asdict(kind)})  # fmt: skip
     return chosen
+
+
+def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str = "these calls") -> dict[str, float]:
+    """Kernel name -> median seconds of `call` through it (forward, and backward in `training`), for each of
+    `names` that agrees with per_length (always measured first: the reference); the others are warned about."""
+    reference = None
+    timings: dict[str, float] = {}
+    for name in ["per_length", *(n for n in names if n != "per_length")]:
+        try:
+            result = _run_once(call, name, training)
+            if reference is None:
+                reference = result
+            elif not _agrees(result, reference, call.query.dtype):
+                warn_once(f"turbotrain: packed attention's {name} kernel disagrees with the model's own attention "
+                          f"({what}); it is not used for such calls")  # fmt: skip
+                continue
+            timings[name] = _median_seconds(call, name, training)
+        except Exception as error:
+            if name == "per_length":
+                raise
+            _drop(name, error)
+    return timings
 
 
 def _copies(call: PackedCall, training: bool) -> PackedCall:

@@ -55,11 +55,9 @@ logger = logging.getLogger("turbotrain")
 
 PREFIX = "turbotrain_packed_"
 SWITCHABLE = ("sdpa", "eager")
-_HALF = (torch.bfloat16, torch.float16)
 _packed_configs: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
     "turbotrain_packed_configs", default=frozenset()
 )
-_kernel_failed: set[str] = set()
 
 
 def register() -> None:

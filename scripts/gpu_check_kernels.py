@@ -1,0 +1,93 @@
+"""The device check's "kernels" section: packed attention's exact kernels timed on one packed batch at published
+attention layouts, and the kernel the measured choice takes (passes/padding_free/kernel_choice.py).
+
+Per shape (Qwen2.5-0.5B: 14 query heads, 2 KV heads of 64; Llama-3.2-1B: 32 and 8 of 64, their published
+configs), one batch of chat-like lengths (seeded log-normal draw: median ~500 tokens, tail to 4,096, as many
+sequences as fit 16,384 tokens) packed into one row, bf16 on CUDA, causal, random query/key/value. Each kernel that
+can take the call runs it forward and backward (kernel_choice.timed_kernels: one warm-up, median of 3, CUDA
+synchronised; a kernel that disagrees with per_length is dropped with a warning). `row_mask` is what stock +
+`DataCollatorWithFlattening` runs on the same rows (the model's SDPA with a block-diagonal mask), so the chosen
+row is PASS when its time is within 5% of row_mask's or below, FAIL otherwise (the issue's "never slower than
+stock + flattening" for the attention itself; the step-level figure is the bench and realshape sections').
+`--quick` on the CPU: fp32, lengths with median ~24 and tail 64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+LAYOUTS = {"qwen2.5-0.5b": (14, 2, 64), "llama-3.2-1b": (32, 8, 64)}  # query heads, KV heads, head dim
+TOKENS, MEDIAN, LONGEST = 16384, 500, 4096
+QUICK = (256, 24, 64)
+SLACK = 1.05
+
+
+def chat_lengths(tokens: int, median: int, longest: int, seed: int = 0) -> list[int]:
+    """Seeded log-normal lengths (sigma 0.9) between 8 and `longest`, as many as fit `tokens` in all."""
+    generator = torch.Generator().manual_seed(seed)
+    lengths, total = [], 0
+    while True:
+        draw = math.exp(math.log(median) + 0.9 * float(torch.randn((), generator=generator)))
+        length = int(min(max(draw, 8), longest))
+        if total + length > tokens:
+            return lengths
+        lengths.append(length)
+        total += length
+
+
+def packed_call(layout: tuple[int, int, int], lengths: list[int], device, dtype):
+    """One causal SDPA call on the sequences packed into one row (each row's tail a segment), as padding-free
+    hands it to the attention function."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from turbotrain.passes.padding_free.attention_kernels import PackedCall
+    from turbotrain.passes.padding_free.packed_sequences import PACKED_SEQUENCES, sequence_metadata
+
+    heads, kv_heads, head_dim = layout
+    total = sum(lengths)
+    capacity = -(-total // 8) * 8
+    segments = torch.full((1, capacity), len(lengths))
+    starts = torch.tensor([0, *lengths[:-1]]).cumsum(0)
+    for index, (start, length) in enumerate(zip(starts.tolist(), lengths)):
+        segments[0, start : start + length] = index
+    meta = sequence_metadata(segments, torch.tensor(lengths), starts)
+    generator = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(1, h, capacity, head_dim, generator=generator, device=device, dtype=dtype)
+               for h in (heads, kv_heads, kv_heads))  # fmt: skip
+    kwargs = {key: value for key, value in meta.items() if key != PACKED_SEQUENCES}
+    kwargs["scaling"] = head_dim**-0.5
+    module = torch.nn.Module()
+    module.num_key_value_groups = heads // kv_heads
+    return PackedCall(sdpa_attention_forward, "sdpa", module, q, k, v, meta[PACKED_SEQUENCES].to(device), True, kwargs)
+
+
+def kernel_rows(device: torch.device, quick: bool) -> list[dict]:
+    from turbotrain.passes.padding_free import attention_kernels, kernel_choice
+
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    tokens, median, longest = QUICK if quick else (TOKENS, MEDIAN, LONGEST)
+    rows = []
+    for shape, layout in LAYOUTS.items():
+        lengths = chat_lengths(tokens, median, longest)
+        call = packed_call(layout, lengths, device, dtype)
+        names = attention_kernels.applicable(call, kernel_choice._failed)
+        timings = kernel_choice.timed_kernels(call, names, training=True, what=shape)
+        chosen = kernel_choice.choose(call)
+        flattening = timings.get("row_mask")
+        batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
+        for name in ["flash_attn", "torch_varlen", "row_mask", "per_length"]:
+            row = {"shape": shape, "batch": batch, "kernel": name}
+            if name not in timings:
+                row["note"] = "cannot take this call here" if name not in names else "dropped (disagreed or raised)"
+                rows.append(row)
+                continue
+            row["fwd+bwd ms"] = f"{timings[name] * 1e3:.2f}"
+            row["vs row_mask (stock + flattening)"] = f"{flattening / timings[name]:.2f}x" if flattening else ""
+            if name == chosen:
+                row["chosen"] = "yes"
+                fine = flattening is None or timings[name] <= flattening * SLACK
+                row["result"] = "PASS" if fine else "FAIL: slower than stock + flattening's attention"
+            rows.append(row)
+    return rows
