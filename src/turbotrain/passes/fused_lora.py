@@ -28,6 +28,8 @@ Refused in a run whose parameters an engine shards (DeepSpeed ZeRO-3, FSDP: `tra
 engine gathers each module's parameters for that module's own call, not its parent's.
 Saved state is untouched: the same parameters (state dict keys, `save_pretrained`, `merge_and_unload` as stock's); `remove()` takes the forwards off. At install one layer of each shape is compared with
 stock's forward and backward on a small random input; a mismatch leaves the model stock (one warning).
+On an accelerator each layer shape is then timed against PEFT's forward (passes/device_timing.py): a shape
+where the fused op is slower keeps PEFT's forward (one warning with both times).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import torch
 from torch import nn
 
 from turbotrain.boundaries.hf_boundary import sharding_engine
+from turbotrain.passes import device_timing
 from turbotrain.passes.installed import ReplacedForwards
 from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
@@ -259,7 +262,19 @@ def apply_fused_lora(model: nn.Module, check: bool = True) -> FusedLora | None:
     if problem is not None:
         warn_once(f"turbotrain: fused_lora left {type(model).__name__} stock: {problem}.")
         return None
-    return FusedLora(eligible)
+    eligible = device_timing.keep_where_faster(
+        "fused_lora", eligible, _timed_shape, lambda layer: layer.in_features, _peft_forward, _fused_forward
+    )
+    return FusedLora(eligible) if eligible else None
+
+
+def _timed_shape(layer: nn.Module) -> tuple:
+    name = layer.active_adapters[0]
+    return ("LoRA", layer.in_features, layer.out_features, "r", layer.lora_A[name].out_features)
+
+
+def _peft_forward(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return type(layer).forward(layer, x)
 
 
 def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:

@@ -37,6 +37,8 @@ input (eval mode, a forked random stream); a class that differs stays stock (one
 forwards off; parameters are untouched. Not saved: a with PEFT's fp32 adapters on a bf16 base (LoRA A keeps its
 own fp32 copy of h, stock and lean alike); a backward that runs only some of down_proj's nodes
 (`autograd.grad` for a subset) keeps gate and up until the graph is freed.
+On an accelerator each MLP shape is also timed against its own forward (passes/device_timing.py): a shape where
+the lean forward (two more elementwise kernels in the backward) is slower stays stock, in one warning.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from turbotrain.boundaries.torch_boundary import (
     tensor_version,
 )
 from turbotrain.modeling import gated_mlps
+from turbotrain.passes import device_timing
 from turbotrain.passes.installed import ReplacedForwards
 from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
 from turbotrain.passes.self_check import forward_raises, never_raises
@@ -230,7 +233,18 @@ def apply_lean_gated_mlp(model: nn.Module, check: bool = True) -> LeanGatedMlp |
     modules = gated_mlps(model)
     if check:
         modules = _checked(modules)
+    modules = device_timing.keep_where_faster(
+        "lean_gated_mlp", modules, _timed_shape, lambda mlp: mlp.gate_proj.in_features, _own_forward, _lean_forward
+    )
     return LeanGatedMlp(modules) if modules else None
+
+
+def _timed_shape(mlp: nn.Module) -> tuple:
+    return (type(mlp).__name__, mlp.gate_proj.in_features, mlp.gate_proj.out_features)
+
+
+def _own_forward(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return type(mlp).forward(mlp, x)
 
 
 def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:

@@ -1,5 +1,6 @@
 """Where turbotrain keeps what it makes once per machine: the collected corpus and trained tokenizers
-(data/), the `auto` backend's measured choices, the bf16 matmul probe's answer (bf16_hint.py), the onnxruntime
+(data/), the `auto` backend's, packed attention's (packed_attention.json) and the kernel-adding passes'
+(pass_timing.json) measured choices, the bf16 matmul probe's answer (bf16_hint.py), the onnxruntime
 backend's exported graphs.
 
 `$TURBOTRAIN_CACHE` if set, else `$XDG_CACHE_HOME/turbotrain`, else `~/.cache/turbotrain`, read at each
@@ -13,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 from pathlib import Path
 
 
@@ -63,3 +65,12 @@ def write_entry(file_name: str, key: str, entry: dict) -> None:
     table = table if isinstance(table, dict) else {}
     table[key] = entry
     write_atomically(path, json.dumps(table, indent=1))
+
+
+def device_name(device) -> str:
+    """What a measured choice is valid for: CUDA's device name, or the device type and this machine's processor."""
+    if device.type == "cuda":
+        import torch
+
+        return f"cuda:{torch.cuda.get_device_name(device)}"
+    return f"{device.type}:{platform.processor() or platform.machine()}"

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import platform
 import statistics
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable
-from turbotrain.utils.cache import digest, read_entry, write_entry
+from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -70,7 +69,7 @@ class CallKind:
         sequences = sum(count for count, _ in groups)
         mean = sum(count * length for count, length in groups) // max(sequences, 1)
         return cls(
-            _device_name(call.query.device), _versions(), call.original, str(call.query.dtype).removeprefix("torch."),
+            device_name(call.query.device), _versions(), call.original, str(call.query.dtype).removeprefix("torch."),
             heads, call.key.shape[1], head_dim, bool(call.causal), call.window, bool(call.module.training),
             _bucket(rows), _bucket(capacity), _bucket(mean),
         )  # fmt: skip
@@ -86,12 +85,6 @@ class CallKind:
 
 def _bucket(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
-
-
-def _device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda:{torch.cuda.get_device_name(device)}"
-    return f"{device.type}:{platform.processor() or platform.machine()}"
 
 
 def _versions() -> str:

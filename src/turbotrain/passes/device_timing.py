@@ -1,0 +1,131 @@
+"""Whether a pass that adds kernels pays on this device: a short timing of one module, its own forward against
+the pass's, forward and backward, on the device the module is on; cached per machine like the `auto` backend's
+choice and packed attention's kernel (kernel_choice.py).
+
+Where: on an accelerator (`timed_on`: any device but the CPU, whose figures are the benchmarks' and where these
+passes measured wins on every shape tried). Fused LoRA and the lean gated MLP ask it for each distinct module
+shape; a shape whose pass forward is slower than the module's own stays stock there (PEFT's LoRA forward, the
+model's MLP), said in one warning with both times, and the rest of the pass installs as usual.
+
+How: an input of `TOKENS` rows of the module's input width in its weight dtype, requiring grad as a hidden
+state in training does; under the run's autocast (self_check.current_precision); one warm-up, then the median
+of `REPEATS` forward + backward runs (gradients of the input and of every trainable parameter, none
+accumulated into `.grad`), synchronised on CUDA. The pass installs where its median is at most the module's
+own. The key: the device's name, torch's and PEFT's versions, the pass, the module's shape, dtype and autocast.
+Exactness is not decided here: each pass's own install check runs as before.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from turbotrain.passes.self_check import current_precision
+from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
+from turbotrain.utils.warnings import warn_once
+
+CACHE_FILE = "pass_timing.json"
+TOKENS = 4096
+REPEATS = 5
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Median milliseconds of one module's forward + backward, its own and the pass's."""
+
+    stock_ms: float
+    pass_ms: float
+
+    @property
+    def pays(self) -> bool:
+        return self.pass_ms <= self.stock_ms
+
+
+def timed_on(device: torch.device) -> bool:
+    return device.type not in ("cpu", "meta")
+
+
+def keep_where_faster(
+    pass_name: str,
+    modules: list[nn.Module],
+    shape_of: Callable[[nn.Module], tuple],
+    width_of: Callable[[nn.Module], int],
+    stock: Callable,
+    rewritten: Callable,
+) -> list[nn.Module]:
+    """The modules of `modules` whose shape's pass forward (`rewritten(module, x)`) measured at most as slow
+    as their own (`stock(module, x)`) on their device; all of them where the device is not timed."""
+    verdicts: dict[tuple, Timing | None] = {}
+    for module in modules:
+        shape = shape_of(module)
+        if shape not in verdicts:
+            verdicts[shape] = _timing(pass_name, module, shape, width_of(module), stock, rewritten)
+    slower = {shape: timing for shape, timing in verdicts.items() if timing is not None and not timing.pays}
+    if slower:
+        listed = "; ".join(
+            f"{_shape_text(s)}: {t.pass_ms:.3f} ms against {t.stock_ms:.3f} ms" for s, t in slower.items()
+        )
+        kept = sum(shape_of(module) not in slower for module in modules)
+        warn_once(f"turbotrain: {pass_name} leaves the module shapes it measured slower on this device stock "
+                  f"({listed}); {kept} of {len(modules)} modules keep it")  # fmt: skip
+    return [module for module in modules if shape_of(module) not in slower]
+
+
+def _shape_text(shape: tuple) -> str:
+    return " ".join(str(part) for part in shape)
+
+
+def _timing(pass_name, module, shape, width, stock, rewritten) -> Timing | None:
+    weight = next(module.parameters(), None)
+    if weight is None or not timed_on(weight.device):
+        return None
+    precision = current_precision(module)
+    versions = _versions()
+    key = digest(device_name(weight.device), versions, pass_name, repr(shape), str(weight.dtype), repr(precision))
+    cached = read_entry(CACHE_FILE, key)
+    if isinstance(cached, dict) and {"stock_ms", "pass_ms"} <= set(cached):
+        return Timing(float(cached["stock_ms"]), float(cached["pass_ms"]))
+    x = torch.randn(TOKENS, width, device=weight.device, dtype=weight.dtype).requires_grad_()
+    with precision.autocast(), torch.enable_grad():
+        timing = Timing(_median_ms(module, stock, x), _median_ms(module, rewritten, x))
+    entry = {"pass": pass_name, "shape": list(shape), "device": device_name(weight.device), "versions": versions}
+    write_entry(CACHE_FILE, key, {**entry, "stock_ms": timing.stock_ms, "pass_ms": timing.pass_ms})
+    return timing
+
+
+def _versions() -> str:
+    try:
+        import peft
+
+        return f"torch {torch.__version__}, peft {peft.__version__}"
+    except ImportError:
+        return f"torch {torch.__version__}"
+
+
+def _median_ms(module: nn.Module, forward: Callable, x: torch.Tensor) -> float:
+    trainable = [p for p in module.parameters() if p.requires_grad]
+    device = x.device
+
+    def step():
+        out = forward(module, x)
+        torch.autograd.grad(out, [x, *trainable], torch.ones_like(out), allow_unused=True)
+
+    step()  # warm-up
+    times = []
+    for _ in range(REPEATS):
+        _synchronize(device)
+        start = time.perf_counter()
+        step()
+        _synchronize(device)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,95 @@
+"""The device timing of passes that add kernels (passes/device_timing.py): on an accelerator a module shape
+whose pass forward measured slower than its own stays stock, said once with both times; the rest keep the pass;
+each shape is timed once and cached on disk; the CPU is never timed. Run on the CPU by treating it as timed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.parity import assert_same, loss_and_grads
+from tests.tiny_models import make, padded_batch
+from turbotrain import optimize
+from turbotrain.passes import device_timing
+from turbotrain.utils.warnings import TurbotrainWarning
+
+
+@pytest.fixture
+def timed_cpu(monkeypatch, tmp_path):
+    """The CPU timed as an accelerator is, with the pass forward's time per shape chosen by the test."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+    timed = []
+
+    def set_times(slower_when):
+        def fake(module, forward, x):
+            timed.append((type(module).__name__, forward.__name__))
+            own = forward.__name__ in ("_peft_forward", "_own_forward")
+            return 1.0 if own else (2.0 if slower_when(module) else 0.5)
+
+        monkeypatch.setattr(device_timing, "_median_ms", fake)
+        return timed
+
+    return set_times
+
+
+def _lora_model():
+    from peft import LoraConfig, get_peft_model
+
+    torch.manual_seed(0)
+    base = make("llama", dropout=False)
+    config = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj", "o_proj"])
+    return get_peft_model(base, config)
+
+
+def test_lora_shapes_measured_slower_keep_pefts_forward_the_rest_fuse(timed_cpu, tmp_path):
+    timed = timed_cpu(lambda m: getattr(m, "in_features", 0) != getattr(m, "out_features", 0))  # v_proj (GQA) slower
+    model = _lora_model()
+    stock = _lora_model()
+    with pytest.warns(TurbotrainWarning, match="fused_lora leaves the module shapes it measured slower"):
+        report = optimize(model, padding_free=False, label_sparsity=False)
+    fused = report.fused_lora.modules
+    assert fused and all(layer.in_features == layer.out_features for layer in fused)
+    assert len(fused) < len([m for m in model.modules() if hasattr(m, "lora_A") and hasattr(m, "base_layer")])
+    shapes = {json.dumps(entry["shape"]) for entry in json.loads((tmp_path / device_timing.CACHE_FILE).read_text()).values()
+              if entry["pass"] == "fused_lora"}  # fmt: skip
+    assert len(shapes) == 2  # q/o (32 -> 32) and v (32 -> 16): each shape timed once
+    count = len(timed)
+    optimize(_lora_model(), padding_free=False, label_sparsity=False)  # a later run: the cached verdicts
+    assert len(timed) == count
+    batch = padded_batch([5, 9, 3], keep=0.7)
+    assert_same(loss_and_grads(stock, batch), loss_and_grads(model, batch), rtol=1e-5, atol=1e-6)
+
+
+def test_a_pass_slower_on_every_shape_is_not_installed(timed_cpu):
+    timed_cpu(lambda module: True)
+    with pytest.warns(TurbotrainWarning, match="lean_gated_mlp leaves the module shapes"):
+        report = optimize(make("llama", dropout=False), padding_free=False)
+    assert report.lean_gated_mlp is None and "lean_gated_mlp" not in report.applied
+
+
+def test_passes_that_pay_install_as_before(timed_cpu):
+    timed = timed_cpu(lambda module: False)
+    report = optimize(make("llama", dropout=False), padding_free=False)
+    assert report.lean_gated_mlp is not None and {name for _, name in timed} == {"_own_forward", "_lean_forward"}
+
+
+def test_the_cpu_is_not_timed(monkeypatch, tmp_path):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(device_timing, "_median_ms", lambda *a: pytest.fail("timed on the CPU"))
+    report = optimize(make("llama", dropout=False), padding_free=False)
+    assert report.lean_gated_mlp is not None and not (tmp_path / device_timing.CACHE_FILE).exists()
+
+
+def test_a_real_timing_runs_forward_and_backward_of_both():
+    module = torch.nn.Linear(8, 8)
+    calls = []
+
+    def forward(m, x):
+        calls.append(x.shape)
+        return m(x)
+
+    ms = device_timing._median_ms(module, forward, torch.randn(16, 8, requires_grad=True))
+    assert ms > 0 and len(calls) == 1 + device_timing.REPEATS
