@@ -114,3 +114,17 @@ class TrlTokenCount:
             self._total_train_tokens += total // getattr(self, "_tp_size", 1)
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]
         return result
+
+
+TRL_HEAD_CHUNK = "_CHUNKED_LOGPROB_CHUNK_SIZE"  # trl.trainer.utils: the vocabulary tile its fused LM head passes
+
+
+def trl_head_log_probs(hidden, weight, bias, targets, temperature: float, softcap, outputs: tuple[str, ...]):
+    """TRL's fused LM head kernel (the public `trl.kernels.ChunkedLogProbFunction`, Triton on CUDA) on scored rows
+    `hidden` [K, H] with the tile TRL's own head passes: (log_probs, entropy, log_sum_sq_probs, mean_logits,
+    is_top1), each [K] or None where `outputs` does not ask for it."""
+    from trl.kernels import ChunkedLogProbFunction
+    from trl.trainer import utils
+
+    chunk = getattr(utils, TRL_HEAD_CHUNK, 32768)
+    return ChunkedLogProbFunction.apply(hidden, weight, bias, targets, temperature, chunk, softcap, 1.0, outputs)

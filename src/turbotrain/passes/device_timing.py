@@ -84,17 +84,38 @@ def _timing(pass_name, module, shape, width, stock, rewritten) -> Timing | None:
     weight = next(module.parameters(), None)
     if weight is None or not timed_on(weight.device):
         return None
-    precision = current_precision(module)
+    x = torch.randn(TOKENS, width, device=weight.device, dtype=weight.dtype).requires_grad_()
+    trainable = [p for p in module.parameters() if p.requires_grad]
+
+    def step_of(forward):
+        def step():
+            out = forward(module, x)
+            torch.autograd.grad(out, [x, *trainable], torch.ones_like(out), allow_unused=True)
+
+        return step
+
+    what = (*shape, str(weight.dtype), repr(current_precision(module)))
+    with current_precision(module).autocast():
+        return measured(pass_name, weight.device, what, step_of(stock), step_of(rewritten))
+
+
+def measured(pass_name: str, device: torch.device, what: tuple, stock_step: Callable, pass_step: Callable):
+    """The `Timing` of two zero-argument steps (each a forward and backward: the stock way, the pass's) on
+    `device`, cached under the pass's name and `what` (its shape, dtype, precision); None where the device is
+    not timed. Runs with gradients on, under whatever autocast the caller set."""
+    if not timed_on(device):
+        return None
     versions = _versions()
-    key = digest(device_name(weight.device), versions, pass_name, repr(shape), str(weight.dtype), repr(precision))
+    key = digest(device_name(device), versions, pass_name, repr(what))
     cached = read_entry(CACHE_FILE, key)
     if isinstance(cached, dict) and {"stock_ms", "pass_ms"} <= set(cached):
         return Timing(float(cached["stock_ms"]), float(cached["pass_ms"]))
-    x = torch.randn(TOKENS, width, device=weight.device, dtype=weight.dtype).requires_grad_()
-    with precision.autocast(), torch.enable_grad():
-        timing = Timing(_median_ms(module, stock, x), _median_ms(module, rewritten, x))
-    entry = {"pass": pass_name, "shape": list(shape), "device": device_name(weight.device), "versions": versions}
-    write_entry(CACHE_FILE, key, {**entry, "stock_ms": timing.stock_ms, "pass_ms": timing.pass_ms})
+    with torch.enable_grad():
+        timing = Timing(_median_ms(stock_step, device), _median_ms(pass_step, device))
+    entry = {"pass": pass_name, "shape": [str(part) for part in what], "device": device_name(device)}
+    write_entry(
+        CACHE_FILE, key, {**entry, "versions": versions, "stock_ms": timing.stock_ms, "pass_ms": timing.pass_ms}
+    )
     return timing
 
 
@@ -107,14 +128,7 @@ def _versions() -> str:
         return f"torch {torch.__version__}"
 
 
-def _median_ms(module: nn.Module, forward: Callable, x: torch.Tensor) -> float:
-    trainable = [p for p in module.parameters() if p.requires_grad]
-    device = x.device
-
-    def step():
-        out = forward(module, x)
-        torch.autograd.grad(out, [x, *trainable], torch.ones_like(out), allow_unused=True)
-
+def _median_ms(step: Callable[[], None], device: torch.device) -> float:
     step()  # warm-up
     times = []
     for _ in range(REPEATS):

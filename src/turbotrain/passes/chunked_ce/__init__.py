@@ -54,7 +54,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
-from turbotrain.passes.chunked_ce import cuda
+from turbotrain.passes.chunked_ce import cuda, head_choice
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
 from turbotrain.passes.registry import PassOptions, option, register_pass
 from turbotrain.passes.self_check import check_forced, never_raises
@@ -281,23 +281,30 @@ class ChunkedHead:
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         call, linear = self.call, modeling.output_linear(self.projection)
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
-        if call.fused is not None and self.fused_weighting == fused_head_calls.PER_ROW:
-            result = linear_log_probs(
-                flat,
-                linear.weight,
-                linear.bias,
-                call.targets,
-                softcap=self.softcap,
-                want_stats=self.fused_stats,
-                temperature=self.temperature,
-            )
-            call.nll, call.entropy, call.is_top1, call.mean_logits = result
+        if call.fused is None:
+            call.nll, call.entropy, call.is_top1, _ = self._projected(flat, linear, call.targets, call.want_stats)
             return placeholder(call.nll, hidden)
-        result = linear_cross_entropy(
-            flat, linear.weight, linear.bias, call.targets, softcap=self.softcap, want_stats=call.want_stats
-        )
-        call.nll, call.entropy, call.is_top1 = result if call.want_stats else (result, None, None)
+        stats = self.fused_stats if self.fused_weighting == fused_head_calls.PER_ROW else call.want_stats
+        chunked = lambda rows, targets: self._projected(rows, linear, targets, stats, fused=True)  # noqa: E731
+        head = head_choice.head_for(flat, linear, self.softcap, self.temperature, stats, self.fused_weighting, chunked)
+        if head == head_choice.TRL:  # TRL's kernel measured faster here (head_choice.py)
+            result = head_choice.trl_projection(
+                flat, linear.weight, linear.bias, call.targets, self.softcap, self.temperature, stats
+            )
+        else:
+            result = chunked(flat, call.targets)
+        call.nll, call.entropy, call.is_top1, call.mean_logits = result
         return placeholder(call.nll, hidden)
+
+    def _projected(self, rows, linear, targets, want_stats: bool, fused: bool = False) -> tuple:
+        """(nll, entropy, is_top1, mean_logits) of the chunked head on `rows` [K, H]: the per-row op for a fused
+        call weighted per row (its logits divided by the temperature), else the op with dW summed in the forward."""
+        if fused and self.fused_weighting == fused_head_calls.PER_ROW:
+            return linear_log_probs(rows, linear.weight, linear.bias, targets, softcap=self.softcap,
+                                    want_stats=want_stats, temperature=self.temperature)  # fmt: skip
+        result = linear_cross_entropy(rows, linear.weight, linear.bias, targets, softcap=self.softcap,
+                                      want_stats=want_stats)  # fmt: skip
+        return (*result, None) if want_stats else (result, None, None, None)
 
     def remove(self) -> None:
         self.projection.__dict__.pop("forward", None)

@@ -1,0 +1,81 @@
+"""TRL's fused-head kernel or the chunked head for a Turbo trainer's fused calls (passes/chunked_ce/head_choice.py):
+the two give the same per-row answer and gradients; on an accelerator the faster as measured takes the calls, and
+an SFT and a DPO run through TRL's kernel log stock's losses and metrics. The CPU is timed here as an accelerator
+is, with the timings given by the test."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.llm.test_trl import assert_same_history, sft_history
+from tests.llm.test_trl_dpo import METRICS, assert_metric_close, dpo_history
+from turbotrain.passes import device_timing
+from turbotrain.passes.chunked_ce import head_choice
+from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
+
+pytestmark = pytest.mark.requires_llm
+
+
+@pytest.fixture
+def trl_faster(monkeypatch, tmp_path):
+    """Timed as on an accelerator, where TRL's kernel (timed second) measures faster; the measurements kept."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(head_choice, "_chosen", {})
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+    steps = []
+    monkeypatch.setattr(device_timing, "_median_ms", lambda step, device: steps.append(step) or 2.0 / len(steps))
+    return steps
+
+
+@pytest.mark.parametrize("softcap,temperature", [(None, 1.0), (30.0, 0.7)])
+def test_trls_kernel_answers_as_the_chunked_head(softcap, temperature):
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 24, requires_grad=True)
+    weight = torch.randn(211, 24, requires_grad=True)
+    targets = torch.randint(0, 211, (37,))
+    answers, gradients = [], []
+    for project in (
+        lambda: head_choice.trl_projection(hidden, weight, None, targets, softcap, temperature, True),
+        lambda: linear_log_probs(hidden, weight, None, targets, softcap=softcap, temperature=temperature),
+    ):
+        answer = project()
+        weights = torch.linspace(0.5, 2.0, 37)  # any per-row weighting (DPO's, GRPO's)
+        gradients.append(torch.autograd.grad((answer[0] * weights).sum(), [hidden, weight]))
+        answers.append(answer)
+    for got, expected in zip(answers[0], answers[1]):
+        torch.testing.assert_close(got.float(), expected.float(), rtol=1e-5, atol=1e-5)
+    for got, expected in zip(*gradients):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_an_sft_run_through_trls_kernel_logs_stocks_history(tmp_path, trl_faster):
+    trainer, turbo_logs = sft_history(tmp_path, True, steps=4)
+    assert set(head_choice.chosen_heads().values()) == {head_choice.TRL} and trl_faster
+    _, stock_logs = sft_history(tmp_path, False, steps=4)
+    assert_same_history(turbo_logs, stock_logs)
+
+
+def test_a_dpo_run_through_trls_kernel_logs_stocks_metrics(tmp_path, trl_faster):
+    _, fast = dpo_history(tmp_path, True)
+    assert set(head_choice.chosen_heads().values()) == {head_choice.TRL}
+    _, stock = dpo_history(tmp_path, False)
+    for metric in METRICS:
+        assert_metric_close(metric, [e[metric] for e in fast], [e[metric] for e in stock])
+
+
+def test_the_chunked_head_stays_where_it_measured_faster(tmp_path, monkeypatch):
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(head_choice, "_chosen", {})
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+    steps = []
+    monkeypatch.setattr(device_timing, "_median_ms", lambda step, device: steps.append(step) or float(len(steps)))
+    sft_history(tmp_path, True, steps=2)
+    assert steps and set(head_choice.chosen_heads().values()) == {head_choice.CHUNKED}
+
+
+def test_the_cpu_is_not_timed(tmp_path, monkeypatch):
+    monkeypatch.setattr(head_choice, "_chosen", {})
+    monkeypatch.setattr(device_timing, "_median_ms", lambda *a: pytest.fail("timed on the CPU"))
+    sft_history(tmp_path, True, steps=2)
+    assert head_choice.chosen_heads() == {}
