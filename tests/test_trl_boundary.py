@@ -60,6 +60,13 @@ def test_trl_private_attributes_and_signatures_are_pinned(tmp_path):
     assert trainer.args.loss_type == "nll"
     fields = set(fused_head_calls.fused_output_class().__dataclass_fields__)
     assert {"loss", "log_probs", "entropy", "is_top1", "label_mask"} <= fields
+    from trl.kernels import ChunkedLogProbFunction
+    from trl.trainer import utils
+
+    assert isinstance(getattr(utils, integration.TRL_HEAD_CHUNK), int)  # the tile TRL's own fused head passes
+    parameters = tuple(inspect.signature(ChunkedLogProbFunction.forward).parameters)
+    assert parameters[1:] == ("hidden", "weight", "bias", "targets", "temperature", "chunk_size",
+                              "final_logit_softcapping", "logit_scale", "outputs")  # fmt: skip
 
 
 def test_grpo_s_generation_method_is_pinned_and_timing_it_changes_nothing():

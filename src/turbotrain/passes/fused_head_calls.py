@@ -30,7 +30,8 @@ it: `trl_boundary.py: fused_call_weighting`):
   loss takes none through the entropy unless GRPO's entropy bonus is on, which steps aside). GRPO weights
   each token by its own factor, RLOO each sequence's summed log-probs by one (its KL enters the reward).
 Only the scored rows (labels != -100: completion tokens) reach the head in either case; TRL's CPU kernel
-scores every position. A temperature other than 1 with the `EQUAL` op steps aside. The separate reference
+scores every position. On an accelerator the scored rows are projected by TRL's own (Triton) kernel instead
+where it measured faster (chunked_ce/head_choice.py). A temperature other than 1 with the `EQUAL` op steps aside. The separate reference
 model of DPOTrainer, KTOTrainer, GRPOTrainer and RLOOTrainer gets the same answer (passes/label_sparsity/reference_calls.py:
 no gradient, log-probs only, as TRL's reference head returns).
 Stepped aside (TRL's own forward runs, one log line; a trainer whose weighting is unknown gets no label
