@@ -41,10 +41,6 @@ class Timing:
     stock_ms: float
     pass_ms: float
 
-    @property
-    def pays(self) -> bool:
-        return self.pass_ms <= self.stock_ms
-
 
 def timed_on(device: torch.device) -> bool:
     return device.type not in ("cpu", "meta")
@@ -65,7 +61,9 @@ def keep_where_faster(
         shape = shape_of(module)
         if shape not in verdicts:
             verdicts[shape] = _timing(pass_name, module, shape, width_of(module), stock, rewritten)
-    slower = {shape: timing for shape, timing in verdicts.items() if timing is not None and not timing.pays}
+    slower = {
+        shape: timing for shape, timing in verdicts.items() if timing is not None and timing.pass_ms > timing.stock_ms
+    }
     if slower:
         listed = "; ".join(
             f"{_shape_text(s)}: {t.pass_ms:.3f} ms against {t.stock_ms:.3f} ms" for s, t in slower.items()
