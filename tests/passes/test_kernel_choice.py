@@ -26,6 +26,9 @@ def fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(kernel_choice, "CHOSEN", {})
     monkeypatch.setattr(kernel_choice, "_failed", set())
+    # the row mask tried on these calls as on an accelerator (up to 16x the sequences' own work; the CPU's 2x
+    # bound has its own test)
+    monkeypatch.setitem(attention_kernels.ROW_MASK_MAX_WASTE, "cpu", 16.0)
 
 
 def _packed_pair(family, task="lm"):
@@ -37,11 +40,15 @@ def _packed_pair(family, task="lm"):
 @pytest.mark.parametrize("kernel", ["row_mask", "per_length"])
 @pytest.mark.parametrize("family,task", [("bert", "lm"), ("gpt2", "lm"), ("qwen2", "lm"), ("mistral", "tok"),
                                          ("gemma2", "lm")])  # fmt: skip
-def test_each_cpu_kernel_matches_padded_stock(family, task, kernel):
+def test_each_cpu_kernel_matches_padded_stock(family, task, kernel, monkeypatch):
     # bidirectional, causal, GQA 4:1, a window of 8 under lengths up to 40, eager soft-capped (Gemma-2)
     stock, model, report, padded, packed = _packed_pair(family, task)
+    called = []
+    real = kernel_choice.KERNELS[kernel]
+    monkeypatch.setitem(kernel_choice.KERNELS, kernel, lambda call: called.append(1) or real(call))
     with kernel_choice.forced(kernel):
         got = loss_and_grads(model, packed)
+    assert called  # the kernel itself took the calls
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
 
 
@@ -124,7 +131,7 @@ def test_another_kind_of_call_is_measured_on_its_own(monkeypatch):
     measured = _timed(monkeypatch, {"per_length": 10.0, "row_mask": 5.0})
     kernel_choice.choose(_sdpa_call())
     kernel_choice.choose(_sdpa_call(window=100))  # a window: another kind
-    kernel_choice.choose(_sdpa_call(lengths=(3,) * 100))  # other lengths: another bucket
+    kernel_choice.choose(_sdpa_call(lengths=(200, 180, 150, 190)))  # longer sequences: another bucket
     assert len(measured) == 6 and len(kernel_choice.CHOSEN) == 3
 
 
@@ -155,6 +162,16 @@ def test_a_forced_kernel_that_cannot_take_the_call_leaves_it_to_per_length(monke
     assert calls == [1]
     with pytest.raises(ValueError, match="no packed attention kernel 'sdpa'"):
         kernel_choice.forced("sdpa").__enter__()
+
+
+def test_the_row_mask_is_tried_only_where_its_extra_work_is_bounded(monkeypatch):
+    call = _sdpa_call()  # 2 rows of 384 for sequences whose own work is 41% of R * C^2
+    monkeypatch.setitem(attention_kernels.ROW_MASK_MAX_WASTE, "cpu", 2.0)
+    assert attention_kernels.applicable(call) == ["per_length"]  # 2.4x the work on a CPU: not even measured
+    monkeypatch.setitem(attention_kernels.ROW_MASK_MAX_WASTE, "cpu", 3.0)
+    assert attention_kernels.applicable(call) == ["per_length", "row_mask"]
+    many_short = _sdpa_call(lengths=(3,) * 100)  # 300 tokens, each row 384 wide: 500x the work
+    assert "row_mask" not in attention_kernels.applicable(many_short)
 
 
 def test_the_varlen_kernels_take_only_half_precision_cuda_calls():

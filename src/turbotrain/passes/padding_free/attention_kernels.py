@@ -12,7 +12,7 @@ sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each ro
   where it has `enable_gqa`, torch >= 2.13: repeating KV heads measured 6x slower on torch 2.11);
 * `row_mask`: the model's own attention function once over the rows with a [R, 1, C, C] block-diagonal mask:
   what stock Transformers runs on a flattened batch (`DataCollatorWithFlattening`); R * C^2 work and mask bytes,
-  so only up to `ROW_MASK_MAX_ELEMENTS`; soft-capping, sinks and scaling are the model's code;
+  so only up to `ROW_MASK_MAX_ELEMENTS` and `ROW_MASK_MAX_WASTE` times the sequences' own sum(l^2); soft-capping, sinks and scaling are the model's code;
 * `per_length`: the model's own attention once per sequence length, [count, H, length, D] per call: sum(l^2)
   work, one call per distinct length; takes every call (the reference the others are checked against).
 
@@ -36,6 +36,7 @@ from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LEN
 
 _HALF = (torch.bfloat16, torch.float16)
 ROW_MASK_MAX_ELEMENTS = 1 << 28  # R * C * C: a 256 MB bool mask (16k tokens in one row)
+ROW_MASK_MAX_WASTE = {"cpu": 2.0, "accelerator": 16.0}  # R * C^2 over sum(l^2) where the row mask is still tried
 _NOT_FOR_THE_MODEL = (*CU_SEQ_LENS, *MAX_LENGTHS, "position_ids")
 
 
@@ -182,10 +183,22 @@ KERNELS = {"flash_attn": flash_attn, "torch_varlen": torch_varlen, "per_length":
 def applicable(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """The kernels that can take `call` (none of `failed`), in the order preferred when nothing is measured."""
     names = [*_varlen_kernels(call), "per_length"]
-    rows, _, capacity, _ = call.query.shape
-    if CU_SEQ_LENS[0] in call.kwargs and rows * capacity * capacity <= ROW_MASK_MAX_ELEMENTS:
+    if _row_mask_worth_trying(call):
         names.append("row_mask")
     return [name for name in names if name not in failed]
+
+
+def _row_mask_worth_trying(call: PackedCall) -> bool:
+    """The row mask computes R * C^2 scores where the sequences need sum(l^2): tried up to `ROW_MASK_MAX_ELEMENTS`
+    and `ROW_MASK_MAX_WASTE` times the needed work on the call's device (a compute-bound CPU gains nothing from
+    fewer launches: dense-mask packing lost to per-length attention there, benchmarks/2026-12-02-cpu-sft-long-lengths.md;
+    beyond these the measurement alone would cost more than the kernel could save)."""
+    rows, _, capacity, _ = call.query.shape
+    if CU_SEQ_LENS[0] not in call.kwargs or rows * capacity * capacity > ROW_MASK_MAX_ELEMENTS:
+        return False
+    needed = sum(count * length * length for count, length in call.sequences.groups)
+    waste = ROW_MASK_MAX_WASTE["cpu" if call.query.device.type == "cpu" else "accelerator"]
+    return rows * capacity * capacity <= waste * max(needed, 1)
 
 
 def _varlen_kernels(call: PackedCall) -> list[str]:
