@@ -184,6 +184,7 @@ def run(
     out: Path | None = None,
     shapes: tuple[str, ...] | None = None,
     peers: tuple[str, ...] | None = None,
+    kernel_lengths: tuple[int, int, int] | None = None,
 ) -> tuple[str, bool]:
     from scripts import gpu_check_parity as parity
 
@@ -209,7 +210,7 @@ def run(
     if "kernels" in sections:
         from scripts.gpu_check_kernels import kernel_rows
 
-        rows = kernel_rows(device, quick)
+        rows = kernel_rows(device, quick, kernel_lengths)
         checked += rows
         parts.append("## Packed attention kernels (forward and backward of one layer's call)\n\n" + markdown(rows))
     if "sharded" in sections:
@@ -245,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--shapes", default=None, help="realshape: comma-separated shapes (default both)")
     parser.add_argument("--peers", default=None, help="realshape: comma-separated peers (each workload's stock too)")
+    parser.add_argument(
+        "--kernel-lengths",
+        default=None,
+        help="kernels: TOKENS,MEDIAN,LONGEST of the packed batch (default 16384,500,4096)",
+    )
     parser.add_argument("--budget-s", type=float, default=None, help="seconds for the whole run (default 450 on CUDA)")
     parser.add_argument("--out", type=Path, default=None, help="also write the report here (after each section)")
     args = parser.parse_args(argv)
@@ -261,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     shapes = tuple(args.shapes.split(",")) if args.shapes else None
     peers = tuple(args.peers.split(",")) if args.peers else None
     start = time.monotonic()
-    report, ok = run(device, args.quick, sections, budget, args.out, shapes, peers)
+    lengths = tuple(int(n) for n in args.kernel_lengths.split(",")) if args.kernel_lengths else None
+    report, ok = run(device, args.quick, sections, budget, args.out, shapes, peers, lengths)
     wall = f"Wall time {time.monotonic() - start:.0f} s.\n"
     report += wall
     print(wall)

@@ -63,26 +63,34 @@ def packed_call(layout: tuple[int, int, int], lengths: list[int], device, dtype)
     return PackedCall(sdpa_attention_forward, "sdpa", module, q, k, v, meta[PACKED_SEQUENCES].to(device), True, kwargs)
 
 
-def kernel_rows(device: torch.device, quick: bool) -> list[dict]:
+def kernel_rows(device: torch.device, quick: bool, lengths_given: tuple[int, int, int] | None = None) -> list[dict]:
+    """The section's rows; `lengths_given`: (tokens, median, longest) instead of the defaults. The row mask is
+    timed wherever it fits in memory, also where the choice does not try it (its work bound): the table shows
+    whether that bound gave up a faster kernel (the chosen row FAILs then)."""
     from turbotrain.passes.padding_free import attention_kernels, kernel_choice
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    tokens, median, longest = QUICK if quick else (TOKENS, MEDIAN, LONGEST)
+    tokens, median, longest = lengths_given or (QUICK if quick else (TOKENS, MEDIAN, LONGEST))
     rows = []
     for shape, layout in LAYOUTS.items():
         lengths = chat_lengths(tokens, median, longest)
         call = packed_call(layout, lengths, device, dtype)
         names = attention_kernels.applicable(call, kernel_choice._failed)
-        timings = kernel_choice.timed_kernels(call, names, training=True, what=shape)
+        capacity = call.query.shape[2]
+        fits = capacity * capacity <= attention_kernels.ROW_MASK_MAX_ELEMENTS
+        timed = [*names, "row_mask"] if fits and "row_mask" not in names else names
+        timings = kernel_choice.timed_kernels(call, timed, training=True, what=shape)
         chosen = kernel_choice.choose(call)
         flattening = timings.get("row_mask")
         batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
         for name in ["flash_attn", "torch_varlen", "row_mask", "per_length"]:
             row = {"shape": shape, "batch": batch, "kernel": name}
             if name not in timings:
-                row["note"] = "cannot take this call here" if name not in names else "dropped (disagreed or raised)"
+                row["note"] = "cannot take this call here" if name not in timed else "dropped (disagreed or raised)"
                 rows.append(row)
                 continue
+            if name not in names:
+                row["note"] = "not tried by the choice here (its work bound)"
             row["fwd+bwd ms"] = f"{timings[name] * 1e3:.2f}"
             row["vs row_mask (stock + flattening)"] = f"{flattening / timings[name]:.2f}x" if flattening else ""
             if name == chosen:
