@@ -12,7 +12,7 @@ then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose o
 `per_length`'s, the model's own function, by more than float tolerance (1e-4 in fp32, 2e-2 in half precision) is
 dropped with a warning: only exact kernels are candidates. The fastest wins where it beats the first in the
 preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
-process (`CHOSEN`, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
+process (`CHOSEN`; `USED` counts the training calls each kernel took, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
 later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind.
 
 `forced(name)`: a context in which every call takes kernel `name` where it applies (per_length elsewhere), for
@@ -42,6 +42,7 @@ CACHE_FILE = "packed_attention.json"
 REPEATS = 3
 MARGIN = 1.10  # a kernel replaces the preferred one only when at least 10% faster
 CHOSEN: dict[CallKind, str] = {}
+USED: dict[str, int] = {}  # kernel -> training calls it took in this process (the run's summary)
 _failed: set[str] = set()
 _forced: list[str] = []
 
@@ -115,7 +116,10 @@ def attend(call: PackedCall) -> torch.Tensor:
     while True:
         name = _forced_kernel(call) or choose(call)
         try:
-            return KERNELS[name](call)
+            out = KERNELS[name](call)
+            if call.module is not None and call.module.training:
+                USED[name] = USED.get(name, 0) + 1
+            return out
         except Exception as error:
             if name == "per_length":
                 raise  # the model's own function: its error is the model's
@@ -249,8 +253,5 @@ def _synchronize(device: torch.device) -> None:
 
 
 def chosen_kernels() -> list[str]:
-    """The kernels chosen for this process's packed calls so far, most used first (the run's summary)."""
-    counts: dict[str, int] = {}
-    for name in CHOSEN.values():
-        counts[name] = counts.get(name, 0) + 1
-    return sorted(counts, key=lambda name: -counts[name])
+    """The kernels that took this process's packed training calls so far, most used first (the run's summary)."""
+    return sorted(USED, key=lambda name: -USED[name])
