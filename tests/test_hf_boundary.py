@@ -165,11 +165,6 @@ def test_the_scan_would_catch_a_private_use(tmp_path):
     assert "_get_output_dir" in set(private_uses(sneaky)) & transformers_private_names()
 
 
-def test_sharded_parameters_are_detected():
-    assert hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=True))
-    assert not hf_boundary.shards_parameters(SimpleNamespace(is_fsdp_enabled=False, is_deepspeed_enabled=False))
-
-
 def test_the_sharding_engine_is_named():
     fsdp2 = SimpleNamespace(
         is_fsdp_enabled=True,

@@ -17,7 +17,7 @@ Two kinds of use:
   (`attention_implementation`; `set_attention_implementation` switches it through the public
   `set_attn_implementation`, for padding-free's packed attention), and the decoder inputs a sequence-to-sequence model builds from its labels
   (`decoder_input_ids_from_labels`), and which engine shards the parameters, FSDP or DeepSpeed ZeRO-3
-  (`sharding_engine`, `shards_parameters`: each parameter a shard; passes that cannot serve it refuse, naming it).
+  (`sharding_engine`: each parameter a shard; passes that cannot serve it refuse, naming it).
 """
 
 from __future__ import annotations
@@ -204,8 +204,3 @@ def sharding_engine(trainer: Trainer) -> str | None:
     from transformers.integrations import is_deepspeed_zero3_enabled
 
     return "DeepSpeed ZeRO-3" if is_deepspeed_zero3_enabled() else None
-
-
-def shards_parameters(trainer: Trainer) -> bool:
-    """FSDP or DeepSpeed ZeRO-3 shards the parameters of this run."""
-    return sharding_engine(trainer) is not None

@@ -67,6 +67,26 @@ class StepPlace:
     in_trainer_loop: bool = True
 
 
+@dataclass
+class CollatorStep:
+    """Base of a pass's step of the training collator (`PassSpec.collator`): collate with `inner` (the user's
+    collator or the next pass's step) as before, then `step(batch)` (subclasses: dataclasses whose fields follow
+    `inner`) adds the pass's batch keys or rewrites the batch."""
+
+    inner: Callable
+
+    def __call__(self, features):
+        return self.step(self.inner(features))
+
+    def step(self, batch):
+        raise NotImplementedError
+
+
+def batch_tensor(batch: Any, key: str) -> Any:
+    """`batch[key]` where the batch has keys and that one (a dict, BatchEncoding), else None."""
+    return batch.get(key) if hasattr(batch, "get") else None
+
+
 @dataclass(frozen=True)
 class TrainerFacts:
     """What the trainer's own loss asks of the passes, built once by the trainer (integrations/trl/ for TRL's) and

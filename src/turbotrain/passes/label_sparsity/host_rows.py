@@ -31,8 +31,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from turbotrain.passes.collator_step import CollatorStep, batch_tensor
-from turbotrain.passes.registry import StepPlace
+from turbotrain.passes.registry import CollatorStep, StepPlace, batch_tensor
 from turbotrain.utils.batch_keys import HOST_ROWS_KEYS, IGNORE_INDEX, LABEL_GRID, LABEL_ROWS, LABEL_TARGETS
 
 

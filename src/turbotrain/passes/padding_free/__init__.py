@@ -51,7 +51,6 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.boundaries import hf_boundary
-from turbotrain.passes.collator_step import CollatorStep, batch_tensor
 from turbotrain.passes.installed import HookedPass
 from turbotrain.passes.padding_free import kernel_choice
 from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: the pass's self-check)
@@ -64,7 +63,7 @@ from turbotrain.passes.padding_free.check import (  # noqa: F401  (re-exported: 
 from turbotrain.passes.padding_free.layer_masks import layer_masks, unsupported_layer_types
 from turbotrain.passes.padding_free.packed_attention import AttentionSwitch
 from turbotrain.passes.padding_free.packing import PackingSpec, pack_batch
-from turbotrain.passes.registry import PassOptions, TrainerFacts, option, register_pass
+from turbotrain.passes.registry import CollatorStep, PassOptions, TrainerFacts, batch_tensor, option, register_pass
 from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES, PACKED_SEQUENCES, PACKING_KEYS, SEGMENTS, SEQUENCE_STARTS
 from turbotrain.utils.warnings import warn_once
 
