@@ -43,7 +43,7 @@ import re
 import shutil
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 ORG = "trl-internal-testing"
@@ -312,7 +312,7 @@ LLAMA3_EXTRA = (
     "<|eot_id|>",
     "<|python_tag|>",
 )
-FAMILIES = {
+FAMILIES: dict[str, Family] = {
     "qwen2_5": Family("qwen2_5", eos="<|im_end|>", pad="<|endoftext|>", ids_from=151643, ordered=QWEN2_5_ADDED),
     "qwen3": Family("qwen3", eos="<|im_end|>", pad="<|endoftext|>", ids_from=151643, ordered=QWEN3_ADDED),
     "llama3": Family("llama3", eos="<|eot_id|>", bos="<|begin_of_text|>", add_bos=True, special=LLAMA3_EXTRA),
@@ -330,15 +330,6 @@ FAMILIES = {
     ),
     "cohere": Family(
         "cohere",
-        eos="<|END_OF_TURN_TOKEN|>",
-        bos="<BOS_TOKEN>",
-        pad="<PAD>",
-        unk="<UNK>",
-        add_bos=True,
-        special=("<EOS_TOKEN>",),
-    ),
-    "cohere2": Family(
-        "cohere2",
         eos="<|END_OF_TURN_TOKEN|>",
         bos="<BOS_TOKEN>",
         pad="<PAD>",
@@ -371,6 +362,7 @@ FAMILIES = {
     "olmo3": Family("chatml", eos="<|im_end|>", pad="<|pad|>", special=("<|endoftext|>",)),
     "gpt_neox": Family(None, eos="<|endoftext|>", bos="<|endoftext|>", unk="<|endoftext|>"),
 }
+FAMILIES["cohere2"] = replace(FAMILIES["cohere"], template="cohere2")  # the same tokens, its own template
 TAGS = ("think", "tool_call", "tool_response", "arg_key", "arg_value")  # added (not special) tokens, as Qwen's
 
 
