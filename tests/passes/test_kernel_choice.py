@@ -180,8 +180,8 @@ def test_the_varlen_kernels_take_only_half_precision_cuda_calls():
     assert attention_kernels.applicable(call, failed={"row_mask"}) == ["per_length"]
 
 
-def test_measuring_under_gradient_checkpointing_leaves_the_recomputation_alone():
-    # non-reentrant checkpointing counts the tensors its forward saves; the measurement runs in its own thread
+def test_no_measurement_under_gradient_checkpointings_hooks():
+    # non-reentrant checkpointing counts the tensors its forward saves: no measurement under its hooks, later calls measure
     stock, model, report = _packed_model("qwen2", "lm")
     for each in (stock, model):
         each.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -189,8 +189,11 @@ def test_measuring_under_gradient_checkpointing_leaves_the_recomputation_alone()
     packed = report.collator(lambda features: features)(dict(padded))
     count = len(kernel_choice.CHOSEN)
     got = loss_and_grads(model, packed)
-    assert len(kernel_choice.CHOSEN) > count
+    assert len(kernel_choice.CHOSEN) == count  # under its hooks: the first kernel, unmeasured
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
+    model.gradient_checkpointing_disable()
+    loss_and_grads(model, packed)
+    assert len(kernel_choice.CHOSEN) > count  # outside them the kind is measured
 
 
 def test_the_summary_names_the_kernels_that_took_training_calls(monkeypatch):

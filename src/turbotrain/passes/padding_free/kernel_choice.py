@@ -6,8 +6,9 @@ versions, the model's attention ("sdpa" or "eager"), dtype, query heads, KV head
 window, training or not, and the batch's shape bucket: rows, row capacity and mean sequence length, each rounded
 up to a power of two.
 
-Measured: where more than one kernel takes a call, each runs the call's own tensors (detached copies, in a
-thread of its own under the caller's autocast: the model's graph and gradient checkpointing never see it) forward and, in training, backward with one fixed output gradient; one warm-up,
+Measured: where more than one kernel takes a call, each runs the call's own tensors (detached copies: the
+model's graph never sees it; never under saved-tensor hooks, which gradient checkpointing uses to count what a
+forward saves: such a call takes the first kernel in the order unmeasured, and a later call measures) forward and, in training, backward with one fixed output gradient; one warm-up,
 then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose output (or gradients) differs from
 `per_length`'s, the model's own function, by more than float tolerance (1e-4 in fp32, 2e-2 in half precision) is
 dropped with a warning: only exact kernels are candidates. The fastest wins where it beats the first in the
@@ -27,11 +28,11 @@ import logging
 import statistics
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import torch
 
+from turbotrain.boundaries import torch_boundary
 from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable
 from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
 from turbotrain.utils.warnings import warn_once
@@ -151,27 +152,11 @@ def choose(call: PackedCall) -> str:
         cached = read_entry(CACHE_FILE, kind.key())
         chosen = cached.get("kernel") if isinstance(cached, dict) else None
         if chosen not in names:
-            chosen = _in_own_thread(call.query.device, lambda: _measure(call, kind, names))
+            if torch_boundary.saved_tensors_hooks_active():  # checkpointing counts saved tensors: measure later
+                return names[0]
+            chosen = _measure(call, kind, names)
         CHOSEN[kind] = chosen
     return chosen if chosen in names else names[0]
-
-
-def _in_own_thread(device: torch.device, measure):
-    """`measure()` in a thread of its own, under the caller's autocast: out of reach of the saved-tensor hooks
-    the caller may be under (gradient checkpointing counts every tensor its forward saves, and would find the
-    measurement's in the forward but not in the recomputation)."""
-    autocasts = [(kind, torch.get_autocast_dtype(kind)) for kind in ("cpu", "cuda") if torch.is_autocast_enabled(kind)]
-
-    def run():
-        with contextlib.ExitStack() as stack:
-            for kind, dtype in autocasts:
-                stack.enter_context(torch.autocast(kind, dtype))
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
-            return measure()
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(run).result()
 
 
 def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
