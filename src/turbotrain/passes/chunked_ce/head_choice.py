@@ -21,6 +21,8 @@ its log-softmax change hands.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from turbotrain.boundaries import trl_boundary
@@ -62,6 +64,7 @@ def head_for(hidden, linear, softcap, temperature: float, want_stats: bool, weig
     return _chosen[what]
 
 
+@functools.cache
 def _has_trl_kernel() -> bool:
     try:
         import trl.kernels  # noqa: F401

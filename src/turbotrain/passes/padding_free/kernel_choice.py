@@ -24,6 +24,7 @@ the call takes the next.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import statistics
 import time
@@ -71,7 +72,7 @@ class CallKind:
         sequences = sum(count for count, _ in groups)
         mean = sum(count * length for count, length in groups) // max(sequences, 1)
         return cls(
-            device_name(call.query.device), _versions(), call.original, str(call.query.dtype).removeprefix("torch."),
+            _cached_device_name(call.query.device), _versions(), call.original, str(call.query.dtype).removeprefix("torch."),
             heads, call.key.shape[1], head_dim, bool(call.causal), call.window, bool(call.module.training),
             _bucket(rows), _bucket(capacity), _bucket(mean),
         )  # fmt: skip
@@ -85,10 +86,20 @@ class CallKind:
                 f"{self.rows} rows of ~{self.capacity}")  # fmt: skip
 
 
+def _cached_device_name(device: torch.device) -> str:
+    return _device_name(device.type, device.index)
+
+
+@functools.cache  # CUDA's name is a driver call: once per device, not per attention call
+def _device_name(kind: str, index: int | None) -> str:
+    return device_name(torch.device(kind, index) if index is not None else torch.device(kind))
+
+
 def _bucket(n: int) -> int:
     return 1 << max(int(n) - 1, 0).bit_length()
 
 
+@functools.cache  # per layer per step otherwise (CallKind.of)
 def _versions() -> str:
     from turbotrain.passes.padding_free.attention_kernels import installed
 
