@@ -52,6 +52,7 @@ def _lora_model():
     return get_peft_model(base, config)
 
 
+@pytest.mark.requires_llm
 def test_lora_shapes_measured_slower_keep_pefts_forward_the_rest_fuse(timed_cpu, tmp_path):
     timed = timed_cpu(lambda what: what[:2] == ("fused_lora", "LoRA") and what[2] != what[3])  # v_proj (GQA): slower
     model = _lora_model()
