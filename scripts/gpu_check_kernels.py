@@ -83,7 +83,7 @@ def kernel_rows(device: torch.device, quick: bool, lengths_given: tuple[int, int
         chosen = kernel_choice.choose(call)
         flattening = timings.get("row_mask")
         batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
-        for name in ["flash_attn", "torch_varlen", "row_mask", "per_length"]:
+        for name in ["flash_attn", "torch_varlen", "flex", "row_mask", "per_length"]:
             row = {"shape": shape, "batch": batch, "kernel": name}
             if name not in timings:
                 row["note"] = "cannot take this call here" if name not in timed else "dropped (disagreed or raised)"

@@ -53,11 +53,11 @@ def test_each_cpu_kernel_matches_padded_stock(family, task, kernel, monkeypatch)
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
 
 
-def _published_call(stock, original="sdpa", window=None, lengths=(300, 1, 77, 128, 5, 64, 64, 2)):
+def _published_call(stock, original="sdpa", window=None, lengths=(300, 1, 77, 128, 5, 64, 64, 2), capacity=384,
+                    causal=True):  # fmt: skip
     """One attention call at Qwen2.5-0.5B's layout (14 query heads, 2 KV heads of 64: its published config),
-    its sequences packed into two rows, as padding-free hands them to the attention function."""
+    its sequences packed into two rows of `capacity`, as padding-free hands them to the attention function."""
     generator = torch.Generator().manual_seed(0)
-    capacity = 384
     segments, starts, position = torch.full((2, capacity), -1), [], [0, 0]
     for index, length in enumerate(lengths):
         row = 0 if position[0] + length <= capacity else 1
@@ -73,7 +73,7 @@ def _published_call(stock, original="sdpa", window=None, lengths=(300, 1, 77, 12
         kwargs["sliding_window"] = window
     module = torch.nn.Module()
     module.num_key_value_groups = 7
-    return PackedCall(stock, original, module, q, k, v, meta["turbotrain_packed_sequences"], True, kwargs)
+    return PackedCall(stock, original, module, q, k, v, meta["turbotrain_packed_sequences"], causal, kwargs)
 
 
 @pytest.mark.parametrize("original,window", [("sdpa", None), ("sdpa", 100), ("eager", None)])

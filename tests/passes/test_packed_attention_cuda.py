@@ -49,7 +49,7 @@ VARLEN = [
 ]
 
 
-@pytest.mark.parametrize("kernel", ["flash_attn", "torch_varlen", "row_mask", "per_length"])
+@pytest.mark.parametrize("kernel", ["flash_attn", "torch_varlen", "flex", "row_mask", "per_length"])
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "qwen2", "mistral"])
 def test_every_bf16_kernel_matches_padded_stock(family, kernel, monkeypatch):
     # bidirectional (BERT), causal, GQA 4:1 (Qwen2), a sliding window of 8 (Mistral: window_size (7, 0))
@@ -78,7 +78,7 @@ def test_the_measured_bf16_choice_matches_the_per_length_path(family, monkeypatc
     chosen = _kernels_called(monkeypatch)
     stock, model, report, padded, packed = _pair(family, dtype=torch.bfloat16)
     measured = loss_and_grads(model, packed)
-    assert chosen and set(chosen) <= {*VARLEN, "row_mask", "per_length"}, chosen
+    assert chosen and set(chosen) <= {*VARLEN, "flex", "row_mask", "per_length"}, chosen
     with kernel_choice.forced("per_length"):
         assert_same(loss_and_grads(model, packed), measured, dtype=torch.bfloat16)
 
@@ -88,8 +88,18 @@ def test_fp32_on_cuda_takes_a_mask_kernel_exactly(family, task, monkeypatch):
     chosen = _kernels_called(monkeypatch)
     stock, model, report, padded, packed = _pair(family, task)
     got = loss_and_grads(model, packed)
-    assert chosen and set(chosen) <= {"row_mask", "per_length"}, chosen  # the varlen kernels take half precision
+    assert chosen and set(chosen) <= {"flex", "row_mask", "per_length"}, chosen  # varlen: half precision only
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("family,task", [("bert", "lm"), ("qwen2", "lm"), ("mistral", "tok"), ("gemma2", "lm")])
+def test_flex_trains_fp32_like_padded_stock(family, task):
+    # flex attention's backward (the CPU has none): bidirectional, GQA, a window of 8, soft-capped
+    stock, model, report, padded, packed = _pair(family, task)
+    with kernel_choice.forced("flex"):
+        got = loss_and_grads(model, packed)
+    assert kernel_choice.USED.get("flex")
+    assert_same(loss_and_grads(stock, padded), got, rtol=1e-4, atol=1e-5)
 
 
 def test_autocast_bf16_training_step_matches_padded_stock():

@@ -10,13 +10,17 @@ sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each ro
   and drops out; installed by the user);
 * `torch_varlen`: torch's `varlen_attn`, one launch (CUDA, bf16/fp16; no soft-cap, dropout or sinks; GQA only
   where it has `enable_gqa`, torch >= 2.13: repeating KV heads measured 6x slower on torch 2.11);
+* `flex`: torch's flex attention, compiled, with a block mask built from the segments (flex_kernel.py): one
+  launch, any dtype, GQA, windows and soft-caps (no dropout or sinks); measured on accelerators; on the CPU
+  only when forced and without gradients (torch has no CPU backward for it);
 * `row_mask`: the model's own attention function once over the rows with a [R, 1, C, C] block-diagonal mask:
   what stock Transformers runs on a flattened batch (`DataCollatorWithFlattening`); R * C^2 work and mask bytes,
   so only up to `ROW_MASK_MAX_ELEMENTS` and `ROW_MASK_MAX_WASTE` times the sequences' own sum(l^2); soft-capping, sinks and scaling are the model's code;
 * `per_length`: the model's own attention once per sequence length, [count, H, length, D] per call: sum(l^2)
   work, one call per distinct length; takes every call (the reference the others are checked against).
 
-`applicable(call)` lists the kernels that can take a call, in the order preferred when nothing is measured.
+`applicable(call)` lists the kernels that can take a call, in the order preferred when nothing is measured;
+`forcible(call)` those a forced choice may take (flex on the CPU besides).
 Exact: each kernel computes the same formula over the same keys; fp32 outputs and gradients agree to float
 summation order, half precision to the kernels' rounding (kernel_choice.py drops any that disagrees).
 """
@@ -32,7 +36,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, MAX_LENGTHS, PackedSequences
+from turbotrain.passes.padding_free import flex_kernel
+from turbotrain.passes.padding_free.packed_sequences import (
+    CU_SEQ_LENS,
+    MAX_LENGTHS,
+    PackedSequences,
+    real_tokens_only,
+    segment_ids,
+)
 
 _HALF = (torch.bfloat16, torch.float16)
 ROW_MASK_MAX_ELEMENTS = 1 << 28  # R * C * C: a 256 MB bool mask (16k tokens in one row)
@@ -124,7 +135,7 @@ def row_mask(call: PackedCall) -> torch.Tensor:
     segment, so no query meets no key; their outputs are then zeroed)."""
     query, value = call.query, call.value
     rows, heads, capacity, _ = query.shape
-    segment = _segment_ids(call).view(rows, capacity)
+    segment = segment_ids(call.kwargs[CU_SEQ_LENS[0]], rows * capacity, query.device).view(rows, capacity)
     distance = torch.arange(capacity, device=query.device)[:, None] - torch.arange(capacity, device=query.device)
     allowed = segment[:, :, None] == segment[:, None, :]  # [R, C, C]
     if call.causal:
@@ -134,16 +145,7 @@ def row_mask(call: PackedCall) -> torch.Tensor:
     keywords = call.model_keywords()  # with a mask, Transformers' SDPA is not causal: the mask carries it
     mask = _as_mask(allowed[:, None], eager=call.original == "eager", like=query)
     out, _ = call.stock(call.module, query, call.key, value, mask, **keywords)  # [R, C, H, Dv]
-    out = out.reshape(rows * capacity, heads, out.shape[-1])
-    real = torch.zeros(rows * capacity, dtype=torch.bool, device=out.device).index_fill_(0, call.sequences.order, True)
-    return torch.where(real[:, None, None], out, out.new_zeros(()))
-
-
-def _segment_ids(call: PackedCall) -> torch.Tensor:
-    """[R * C]: each flattened token's segment (a sequence, or a row's tail), from `cu_seq_lens_q` (no host sync)."""
-    ends = call.kwargs[CU_SEQ_LENS[0]].to(call.query.device, torch.long, non_blocking=True)[1:]
-    tokens = torch.arange(call.query.shape[0] * call.query.shape[2], device=call.query.device)
-    return torch.searchsorted(ends, tokens, right=True)
+    return real_tokens_only(out.reshape(rows * capacity, heads, out.shape[-1]), call.sequences.order)
 
 
 def flash_attn(call: PackedCall) -> torch.Tensor:
@@ -174,7 +176,13 @@ def _varlen_inputs(call: PackedCall):
     return q, k, v, cu, call.kwargs[MAX_LENGTHS[0]], left
 
 
-KERNELS = {"flash_attn": flash_attn, "torch_varlen": torch_varlen, "per_length": per_length, "row_mask": row_mask}
+KERNELS = {
+    "flash_attn": flash_attn,
+    "torch_varlen": torch_varlen,
+    "per_length": per_length,
+    "flex": flex_kernel.flex,
+    "row_mask": row_mask,
+}
 
 
 # --- which kernels take a call -------------------------------------------------------------------------------
@@ -183,9 +191,22 @@ KERNELS = {"flash_attn": flash_attn, "torch_varlen": torch_varlen, "per_length":
 def applicable(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """The kernels that can take `call` (none of `failed`), in the order preferred when nothing is measured."""
     names = [*_varlen_kernels(call), "per_length"]
+    if call.query.device.type != "cpu" and flex_kernel.takes(call):
+        names.append("flex")
     if _row_mask_worth_trying(call):
         names.append("row_mask")
     return [name for name in names if name not in failed]
+
+
+def forcible(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    """The kernels that take `call` when forced (kernel_choice.forced): the measured ones, and flex on the CPU
+    where no gradient is asked for (torch has no CPU backward for it; never measured there: slower, see
+    flex_kernel.py)."""
+    names = applicable(call, failed)
+    needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (call.query, call.key, call.value))
+    if "flex" not in names and "flex" not in failed and not needs_grad and flex_kernel.takes(call):
+        names.append("flex")
+    return names
 
 
 def _row_mask_worth_trying(call: PackedCall) -> bool:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from turbotrain.boundaries import torch_boundary
-from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable
+from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable, forcible
 from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
 from turbotrain.utils.warnings import warn_once
 
@@ -141,7 +141,7 @@ def attend(call: PackedCall) -> torch.Tensor:
 def _forced_kernel(call: PackedCall) -> str | None:
     if not _forced:
         return None
-    return _forced[-1] if _forced[-1] in applicable(call, _failed) else "per_length"
+    return _forced[-1] if _forced[-1] in forcible(call, _failed) else "per_length"
 
 
 def _drop(name: str, error: Exception) -> None:

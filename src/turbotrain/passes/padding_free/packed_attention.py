@@ -10,7 +10,7 @@ Each call is one of:
   keyword arguments, which Transformers hands to every attention call (so gradient checkpointing's
   recomputation sees them too). The call runs through the exact kernel kernel_choice.py chose for its kind
   (device, dtype, heads, lengths; measured once, cached): flash-attn's or torch's varlen kernel on CUDA in
-  half precision, the model's own function over each row with a block-diagonal mask (stock + flattening's
+  half precision, compiled flex attention with a block mask on accelerators, the model's own function over each row with a block-diagonal mask (stock + flattening's
   path), or the model's own function once per sequence length (attention_kernels.py; causal through
   `is_causal`, a sliding window shorter than the length a band mask). Each row's tail outputs zeros.
 * anything else (padded batches: evaluation, batches left padded): the model's own function on the mask

@@ -44,6 +44,18 @@ class PackedSequences:
         return PackedSequences(self.order.pin_memory(), self.groups)
 
 
+def segment_ids(cu_seq_lens: torch.Tensor, tokens: int, device) -> torch.Tensor:
+    """[tokens]: each flattened token's segment (a sequence, or a row's tail) from `cu_seq_lens` (no host sync)."""
+    ends = cu_seq_lens.to(device, torch.long, non_blocking=True)[1:]
+    return torch.searchsorted(ends, torch.arange(tokens, device=device), right=True)
+
+
+def real_tokens_only(out: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """`out` [R * C, ...] with every token outside the sequences (`order`: the real ones) zeroed (rows' tails)."""
+    real = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device).index_fill_(0, order, True)
+    return torch.where(real.view(-1, *[1] * (out.dim() - 1)), out, out.new_zeros(()))
+
+
 def sequence_metadata(segments: torch.Tensor, lengths: torch.Tensor, starts: torch.Tensor) -> dict:
     """The batch keys above for packed rows: `segments` [R, C] (the packer's segment of each token), `lengths`
     [B] and `starts` [B] (each sequence's length and first token in the flattened rows)."""

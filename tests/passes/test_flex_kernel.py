@@ -1,0 +1,99 @@
+"""Packed attention through flex attention (passes/padding_free/flex_kernel.py) on the CPU, where torch runs it
+forward only: the same outputs as the model's own attention per sequence at Qwen2.5-0.5B's layout (causal,
+bidirectional, a window shorter than the sequences, a soft-cap, rows not a multiple of the block, a full row),
+padded stock's losses for whole models, a block mask that skips and fills whole blocks, and the policy: measured
+on accelerators only, forced on the CPU only without gradients. Training on CUDA: test_packed_attention_cuda.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.passes.test_kernel_choice import _packed_pair, _published_call
+from tests.passes.test_packed_attention import OLD_RELEASE
+from turbotrain.passes.padding_free import attention_kernels, flex_kernel, kernel_choice
+from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS
+
+pytestmark = [
+    pytest.mark.skipif(OLD_RELEASE, reason="no packed attention on this Transformers release"),
+    # the compiled kernel, which honours the block mask's sparsity (torch's uncompiled fallback evaluates every pair)
+    pytest.mark.filterwarnings("error:flex_attention called without torch.compile"),
+]
+
+
+@pytest.fixture(autouse=True)
+def room_for_every_shape():
+    """Static shapes on the CPU compile once per shape; this file's dozen would pass Dynamo's limit of 8 and run
+    uncompiled (users on the CPU force it on one shape at a time)."""
+    with torch._dynamo.config.patch(recompile_limit=64):
+        yield
+
+
+def _stock(original="sdpa", family="qwen2"):
+    if original == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward
+    module = __import__(f"transformers.models.{family}.modeling_{family}", fromlist=["eager_attention_forward"])
+    return module.eager_attention_forward
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},  # causal, two rows of 384 (multiples of the block)
+        {"capacity": 350},  # rows that end inside a block
+        {"capacity": 300, "lengths": (200, 100, 50, 3, 97)},  # a row filled to the last token: no tail
+        {"causal": False, "capacity": 350},  # bidirectional
+        {"window": 100},  # a window shorter than the longest sequence
+        {"causal": False, "window": 150, "capacity": 350},
+        {"original": "eager", "softcap": 30.0},  # Gemma-2's eager attention, soft-capped
+    ],
+)
+def test_flex_matches_the_models_attention_per_sequence(options):
+    options = dict(options)
+    softcap = options.pop("softcap", None)
+    original = options.setdefault("original", "sdpa")
+    call = _published_call(_stock(original, "gemma2" if softcap else "qwen2"), **options)
+    if softcap:
+        call.kwargs["softcap"] = softcap
+    with torch.no_grad():
+        expected, got = attention_kernels.per_length(call), flex_kernel.flex(call)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    tails = torch.ones(got.shape[0], dtype=torch.bool).index_fill_(0, call.sequences.order, False)
+    assert got[tails].abs().sum() == 0  # each row's tail: zeros
+
+
+def test_the_block_mask_skips_blocks_between_sequences_and_fills_those_inside_one():
+    call = _published_call(_stock(), lengths=(300, 1, 77, 128, 5, 64, 64, 2), capacity=512)
+    mask = flex_kernel._block_mask(call)
+    # row 0 holds the 300-token sequence: blocks 0-1 lie inside it (full below the diagonal), block 3 is tail only
+    assert mask.full_kv_num_blocks[0, 0, 1] == 1  # query block 1 sees key block 0 whole
+    assert mask.kv_num_blocks.sum() + mask.full_kv_num_blocks.sum() < 2 * (4 * 5 // 2)  # fewer than causal's blocks
+    assert flex_kernel._block_mask(call) is mask  # every layer of the batch shares it
+    call.kwargs[CU_SEQ_LENS[0]] = call.kwargs[CU_SEQ_LENS[0]].clone()  # another batch
+    assert flex_kernel._block_mask(call) is not mask
+
+
+@pytest.mark.parametrize("family,task", [("bert", "lm"), ("qwen2", "lm"), ("mistral", "tok"), ("gemma2", "lm")])
+def test_flex_forward_gives_padded_stocks_loss(family, task, monkeypatch):
+    # bidirectional, GQA 4:1, a window of 8 under lengths up to 40, eager soft-capped: forward (no CPU backward)
+    stock, model, report, padded, packed = _packed_pair(family, task)
+    called = []
+    monkeypatch.setitem(kernel_choice.KERNELS, "flex", lambda call: called.append(1) or flex_kernel.flex(call))
+    with torch.no_grad(), kernel_choice.forced("flex"):
+        got = model(**packed).loss
+    assert called
+    torch.testing.assert_close(got, stock(**padded).loss, rtol=1e-5, atol=1e-6)
+
+
+def test_flex_is_measured_on_accelerators_and_forced_on_the_cpu_only_without_gradients():
+    call = _published_call(_stock())
+    assert "flex" not in attention_kernels.applicable(call)  # the CPU: per-length measured faster
+    assert "flex" in attention_kernels.forcible(call)
+    grad = call.with_tensors(*(x.requires_grad_() for x in (call.query, call.key, call.value)))
+    assert "flex" not in attention_kernels.forcible(grad)  # no CPU backward
+    meta = call.with_tensors(*(x.to("meta") for x in (call.query, call.key, call.value)))
+    assert "flex" in attention_kernels.applicable(meta)  # any other device: a candidate, measured
+    meta.kwargs["dropout"] = 0.1
+    assert "flex" not in attention_kernels.applicable(meta)  # flex attention cannot drop out
