@@ -200,8 +200,8 @@ def applicable(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()
 
 def forcible(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """The kernels that take `call` when forced (kernel_choice.forced): the measured ones, and flex on the CPU
-    where no gradient is asked for (torch has no CPU backward for it; never measured there: slower, see
-    flex_kernel.py)."""
+    where no gradient is asked for (torch has no CPU backward for it; never measured there: it would compile
+    for every batch shape, see flex_kernel.py)."""
     names = applicable(call, failed)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (call.query, call.key, call.value))
     if "flex" not in names and "flex" not in failed and not needs_grad and flex_kernel.takes(call):

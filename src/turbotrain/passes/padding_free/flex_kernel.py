@@ -15,9 +15,10 @@ device, no host sync. One mask per batch and (causal, window), shared by every l
 Exact: the same formula over the same keys as the model's attention; fp32 agrees to summation order (tested on
 the CPU, forward only: torch has no CPU backward for flex attention), half precision to the kernel's rounding.
 Compiled once per process (`torch.compile`, automatic dynamic shapes, so a new row count compiles once more, not
-per batch); on the CPU with static shapes: inductor's CPU flex template failed to build with dynamic shapes and a
-score modification (torch 2.13), and the CPU takes this kernel only when forced (per-length SDPA measured 1.3x
-faster there: 300 vs 390 ms a forward on 23k chat-like tokens, Qwen2.5-0.5B's heads, before the block mask).
+per batch). The CPU takes this kernel only when forced: there inductor's flex template failed to build with
+dynamic shapes and a score modification (torch 2.13), so every new batch shape would compile again (~3 s) and,
+past Dynamo's 8, run uncompiled over every pair; its forward at its best (one 16k-token row, the block mask
+built) took 0.89-0.90x per length's time (benchmarks/2026-12-05-cpu-kernel-choice.md): about the choice's margin.
 """
 
 from __future__ import annotations
