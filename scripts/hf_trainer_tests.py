@@ -1,6 +1,7 @@
 """Run Transformers' Trainer tests (or TRL's trainer tests) stock and with turbotrain patched in: which differ.
 
     python scripts/hf_trainer_tests.py --tests-dir ~/transformers [--files F ...] [-k EXPR] [--extra-path DIR]
+        [--hub-cache DIR]
     python scripts/hf_trainer_tests.py --suite trl --tests-dir ~/trl --hub-cache /tmp/trl-hub [--workers N]
 
 `--tests-dir`: a Transformers checkout (its `tests/` folder and root `conftest.py`; the package itself is the
@@ -25,7 +26,8 @@ tests. They load tiny models, tokenizers and the `trl-internal-testing/zen` data
 builds offline stand-ins there (scripts/trl_hub_assets.py; again when that script changed) and both runs read
 them (`HF_HUB_CACHE`, `HF_DATASETS_CACHE`). Both runs also load scripts/trl_tests_plugin.py, which gives the
 names a checkout's tests import and the installed TRL lacks a stand-in, so a version gap fails single tests both
-ways rather than whole files. `--workers N` runs each pytest on N pytest-xdist workers. `--reports DIR` keeps both
+ways rather than whole files. Transformers' suite takes `--hub-cache` too: its gradient-accumulation tests load
+TRL's tiny Qwen2 and `Salesforce/wikitext` (a stand-in of made-up lines is built there as well). `--workers N` runs each pytest on N pytest-xdist workers. `--reports DIR` keeps both
 runs' JUnit reports and output (`stock.xml`, `stock.log`, ...), where the failures' messages are.
 
 A dev tool, not a test: the four Transformers files take ~10-20 min per run on a 2-core CPU.
@@ -66,10 +68,11 @@ def run_tests(tests_dir: Path, files: list[str], way: str, report: Path, args) -
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", HF_DATASETS_OFFLINE="1")
     package = str(SCRIPTS.parent / "src")
     paths, plugins = [*args.extra_path, package], []
-    if args.suite == "trl":
+    if args.hub_cache is not None:
         from scripts.trl_hub_assets import environment
 
         env.update(environment(args.hub_cache))
+    if args.suite == "trl":
         paths, plugins = [*paths, str(SCRIPTS)], ["-p", "trl_tests_plugin"]
     env["PYTHONPATH"] = os.pathsep.join(p for p in [*paths, env.get("PYTHONPATH", "")] if p)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}"]
@@ -132,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--files", nargs="+", help="test files relative to --tests-dir (default: the suite's)")
     parser.add_argument("-k", help="pytest -k expression, for both runs")
     parser.add_argument("--extra-path", action="append", default=[], help="a folder for both runs' PYTHONPATH")
-    parser.add_argument("--hub-cache", type=Path, help="TRL: where the offline hub stand-ins are (built if not)")
+    parser.add_argument("--hub-cache", type=Path, help="where the offline hub stand-ins are (built if not)")
     parser.add_argument("--workers", type=int, default=0, help="pytest-xdist workers per run (default: none)")
     parser.add_argument("--reports", type=Path, help="keep both runs' JUnit XML and output here")
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per run")
@@ -146,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         if args.hub_cache is None:
             parser.error("--suite trl needs --hub-cache DIR (the offline models and datasets are built there)")
+    if args.hub_cache is not None:
         sys.path.insert(0, str(SCRIPTS.parent))  # scripts.trl_hub_assets
         args.hub_cache = args.hub_cache.resolve()
         prepare_hub_cache(args.hub_cache)

@@ -1,4 +1,5 @@
-"""Offline stand-ins for the hub repositories TRL's own trainer tests load, built on this machine: no download.
+"""Offline stand-ins for the hub repositories TRL's own trainer tests load (and the two Transformers' Trainer tests
+load: TRL's tiny Qwen2 and `Salesforce/wikitext`), built on this machine: no download.
 
     python scripts/trl_hub_assets.py DIR [--models REPO ...] [--configs NAME ...]
 
@@ -49,6 +50,7 @@ from pathlib import Path
 ORG = "trl-internal-testing"
 SEED = 0
 DATASET = f"{ORG}/zen"
+WIKITEXT, WIKITEXT_CONFIG = "Salesforce/wikitext", "wikitext-2-raw-v1"  # Transformers' Trainer tests load it
 
 # (prompt, completion, rejected completion, question, answer, rejected answer): made-up aphorisms in the Zen
 # of Python's style; `prompt + completion` is the sentence.
@@ -645,25 +647,56 @@ def build_dataset(home: Path, configs: list[str]) -> Path:
     return folder
 
 
-def prepare_cached(cache: Path, name: str, files: dict[str, list[str]], parquet) -> None:
-    """`name` prepared into the `datasets` cache where offline `load_dataset(DATASET, name)` looks for it:
-    `trl-internal-testing___zen/<name>/0.0.0/<hash>/` (dataset_info.json, zen-train.arrow, zen-test.arrow).
+def prepare_cached(cache: Path, name: str, files: dict[str, list[str]], parquet, repo_id: str = DATASET) -> None:
+    """Config `name` of `repo_id` prepared into the `datasets` cache where offline `load_dataset(repo_id, name)`
+    looks for it: `trl-internal-testing___zen/<name>/0.0.0/<hash>/` (dataset_info.json, zen-train.arrow, ...).
     A builder given a repo_id refuses local data files, so it is prepared under its bare name and moved."""
-    target = cache / f"{ORG}___zen" / name
+    owner, dataset = repo_id.split("/")
+    target = cache / f"{owner}___{dataset}" / name
     if target.exists():
         shutil.rmtree(target)
     with tempfile.TemporaryDirectory(dir=cache) as scratch:
         builder = parquet(
             cache_dir=scratch,
-            dataset_name="zen",
+            dataset_name=dataset,
             config_name=name,
             config_id=name,
             data_files=files,
-            hash=commit_hash(DATASET),
+            hash=commit_hash(repo_id),
         )
         builder.download_and_prepare()
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(Path(scratch) / "zen" / name), str(target))
+        shutil.move(str(Path(scratch) / dataset / name), str(target))
+
+
+def build_wikitext(home: Path) -> Path:
+    """`Salesforce/wikitext`, config `wikitext-2-raw-v1`: what Transformers' gradient-accumulation Trainer tests
+    load (`split="train[:200]"`, empty lines filtered, each line tokenized to 16). 240 train lines in wikitext's
+    raw form (headings, paragraphs of the zen text, empty lines) and 24 each for validation and test."""
+    from datasets import Dataset
+    from datasets.packaged_modules.parquet.parquet import Parquet
+
+    folder = snapshot(home / "hub", WIKITEXT, kind="dataset")
+    sentences = [f"{row[0]}{row[1]}" for row in ZEN]
+    lines = []
+    for index in range(288):
+        kind = index % 6
+        if kind in (0, 2):
+            lines.append("")
+        elif kind == 1:
+            lines.append(f" = {sentences[index % len(sentences)].split()[0]} {index // 6} = \n")
+        else:
+            lines.append(" " + " ".join(sentences[(index + k) % len(sentences)] for k in range(kind)) + " \n")
+    files = {}
+    for split, rows in (("train", slice(0, 240)), ("validation", slice(240, 264)), ("test", slice(264, 288))):
+        path = folder / WIKITEXT_CONFIG / f"{split}-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Dataset.from_dict({"text": lines[rows]}).to_parquet(path)
+        files[split] = [str(path)]
+    prepare_cached(home / "datasets", WIKITEXT_CONFIG, files, Parquet, repo_id=WIKITEXT)
+    (folder / "README.md").write_text("Offline stand-in for Salesforce/wikitext (made-up lines), built by "
+                                      "scripts/trl_hub_assets.py.\n")  # fmt: skip
+    return folder
 
 
 def environment(home: Path) -> dict[str, str]:
@@ -693,6 +726,7 @@ def build(home: Path, models: list[str] | None = None, configs: list[str] | None
     (home / "hub").mkdir(parents=True, exist_ok=True)
     (home / "datasets").mkdir(parents=True, exist_ok=True)
     build_dataset(home, configs or list(zen_configs()))
+    build_wikitext(home)
     base, failed = train_tokenizer(), []
     for name in models if models is not None else MODELS:
         try:

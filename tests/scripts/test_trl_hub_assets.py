@@ -22,11 +22,13 @@ ids = tokenizer("Clear is kinder than clever.", return_tensors="pt")
 chat = tokenizer.apply_chat_template([{"role": "user", "content": "Why?"}], tokenize=False, add_generation_prompt=True)
 train = load_dataset("trl-internal-testing/zen", "standard_preference", split="train")
 test = load_dataset("trl-internal-testing/zen", "standard_preference", split="test")
+wiki = load_dataset("Salesforce/wikitext", "wikitext-2-raw-v1", split="train[:200]")  # as Transformers' GA tests
 print(json.dumps({
     "logits": list(model(**ids).logits.shape), "tokens": ids["input_ids"].shape[1], "vocab": len(tokenizer),
     "vocab_size": model.config.vocab_size, "dtype": str(model.dtype), "hidden": model.config.hidden_size,
     "eos": tokenizer.eos_token, "pad": tokenizer.pad_token, "chat": chat,
     "columns": train.column_names, "rows": [len(train), len(test)], "first": train[0],
+    "wiki": [wiki.column_names, len(wiki), sum(1 for line in wiki["text"] if line.strip())],
 }))
 """
 
@@ -54,6 +56,7 @@ def test_a_model_a_tokenizer_and_a_dataset_load_offline_by_their_hub_names(tmp_p
     assert found["columns"] == ["prompt", "chosen", "rejected"]
     assert found["rows"] == [len(ZEN) - TEST_ROWS, TEST_ROWS]
     assert found["first"] == {"prompt": ZEN[0][0], "chosen": ZEN[0][1], "rejected": ZEN[0][2]}
+    assert found["wiki"] == [["text"], 200, 200 * 4 // 6]  # wikitext's raw form: a third of the lines empty
 
 
 def test_every_config_has_its_dataset_types_columns():
