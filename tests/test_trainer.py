@@ -53,6 +53,24 @@ def test_label_smoothing_turns_sparsity_off_with_a_warning(tmp_path):
     assert_losses_close(train_losses(turbo), train_losses(stock_trainer("roberta", tmp_path, **kw)))
 
 
+def test_label_smoothing_that_trainer_turned_off_leaves_sparsity_on(tmp_path):
+    # Trainer drops smoothing for multi-label models (one UserWarning, its own); sparsity then has nothing to refuse
+    # (Transformers' TrainerLabelSmoothingTest counts the warnings)
+    def model():
+        model = make("roberta")
+        model.config.problem_type = "multi_label_classification"
+        return model
+
+    kw = dict(label_smoothing_factor=0.1, max_steps=3)
+    with pytest.warns(UserWarning) as caught:
+        turbo = turbo_trainer("roberta", tmp_path, model=model(), **kw)
+    assert [str(w.message).split(".")[0] for w in caught if "smoothing" in str(w.message)] == [
+        "Label smoothing is not compatible with multi-label classification"
+    ]
+    assert turbo.label_smoother is None and "label_sparsity" in turbo.turbo_report.applied
+    assert_losses_close(train_losses(turbo), train_losses(stock_trainer("roberta", tmp_path, model=model(), **kw)))
+
+
 def test_evaluate_gives_full_logits_to_compute_metrics(tmp_path):
     seen = {}
 

@@ -77,7 +77,7 @@ def check_trainer(trainer: Trainer) -> None:
                 f"backend 'xla' computes the loss inside its compiled step; {type(trainer).__name__} "
                 f"overrides {name}(), which it would bypass"
             )
-    if trainer.compute_loss_func is not None or args.label_smoothing_factor != 0:
+    if trainer.compute_loss_func is not None or getattr(trainer, "label_smoother", None) is not None:
         raise ValueError(
             "backend 'xla' uses the model's own loss; compute_loss_func and label smoothing are not supported"
         )

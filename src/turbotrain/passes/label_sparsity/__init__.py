@@ -352,8 +352,11 @@ def apply_label_sparsity(
 
 def reads_full_logits(trainer, facts: TrainerFacts) -> str | None:
     """Why `trainer`'s loss needs the full logits (label smoothing, a custom `compute_loss_func`), or None. (A TRL
-    trainer whose scored calls turbotrain does not answer refuses it by its facts: integrations/trl/.)"""
-    if trainer.args.label_smoothing_factor == 0 and getattr(trainer, "compute_loss_func", None) is None:
+    trainer whose scored calls turbotrain does not answer refuses it by its facts: integrations/trl/.) Smoothing is
+    what Trainer's `__init__` left on: its `label_smoother` (None where it turned `label_smoothing_factor` off, as
+    for multi-label classification)."""
+    smooths = getattr(trainer, "label_smoother", trainer.args.label_smoothing_factor or None) is not None
+    if not smooths and getattr(trainer, "compute_loss_func", None) is None:
         return None
     warn_once(
         "turbotrain: label sparsity is off for this run: label smoothing or a custom compute_loss_func "
