@@ -2,7 +2,8 @@
 forward only: the same outputs as the model's own attention per sequence at Qwen2.5-0.5B's layout (causal,
 bidirectional, a window shorter than the sequences, a soft-cap, rows not a multiple of the block, a full row),
 padded stock's losses for whole models, a block mask that skips and fills whole blocks, and the policy: measured
-on accelerators only, forced on the CPU only without gradients. Training on CUDA: test_packed_attention_cuda.py."""
+on accelerators where no varlen kernel takes the call, forced on the CPU only without gradients. Training on
+CUDA: test_packed_attention_cuda.py."""
 
 from __future__ import annotations
 
@@ -87,13 +88,16 @@ def test_flex_forward_gives_padded_stocks_loss(family, task, monkeypatch):
     torch.testing.assert_close(got, stock(**padded).loss, rtol=1e-5, atol=1e-6)
 
 
-def test_flex_is_measured_on_accelerators_and_forced_on_the_cpu_only_without_gradients():
+def test_flex_is_measured_on_accelerators_where_no_varlen_kernel_takes_the_call(monkeypatch):
     call = _published_call(_stock())
-    assert "flex" not in attention_kernels.applicable(call)  # the CPU: per-length measured faster
+    assert "flex" not in attention_kernels.applicable(call)  # the CPU: static shapes, a compile per batch shape
     assert "flex" in attention_kernels.forcible(call)
     grad = call.with_tensors(*(x.requires_grad_() for x in (call.query, call.key, call.value)))
     assert "flex" not in attention_kernels.forcible(grad)  # no CPU backward
     meta = call.with_tensors(*(x.to("meta") for x in (call.query, call.key, call.value)))
-    assert "flex" in attention_kernels.applicable(meta)  # any other device: a candidate, measured
+    assert attention_kernels.applicable(meta)[:2] == ["per_length", "flex"]  # another device: a measured candidate
+    monkeypatch.setattr(attention_kernels, "_varlen_kernels", lambda call: ["torch_varlen"])
+    assert "flex" not in attention_kernels.applicable(meta)  # a one-launch kernel that needs no compile takes it
+    monkeypatch.undo()
     meta.kwargs["dropout"] = 0.1
     assert "flex" not in attention_kernels.applicable(meta)  # flex attention cannot drop out

@@ -11,8 +11,10 @@ sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each ro
 * `torch_varlen`: torch's `varlen_attn`, one launch (CUDA, bf16/fp16; no soft-cap, dropout or sinks; GQA only
   where it has `enable_gqa`, torch >= 2.13: repeating KV heads measured 6x slower on torch 2.11);
 * `flex`: torch's flex attention, compiled, with a block mask built from the segments (flex_kernel.py): one
-  launch, any dtype, GQA, windows and soft-caps (no dropout or sinks); measured on accelerators; on the CPU
-  only when forced and without gradients (torch has no CPU backward for it);
+  launch, any dtype, GQA, windows and soft-caps (no dropout or sinks); measured on accelerators where no varlen
+  kernel takes the call (fp32 runs, soft-caps without flash-attn, GQA on torch < 2.13): its first use compiles
+  (tens of seconds a process), which a varlen kernel of the same formula does not need; on the CPU only when
+  forced and without gradients (torch has no CPU backward for it);
 * `row_mask`: the model's own attention function once over the rows with a [R, 1, C, C] block-diagonal mask:
   what stock Transformers runs on a flattened batch (`DataCollatorWithFlattening`); R * C^2 work and mask bytes,
   so only up to `ROW_MASK_MAX_ELEMENTS` and `ROW_MASK_MAX_WASTE` times the sequences' own sum(l^2); soft-capping, sinks and scaling are the model's code;
@@ -190,9 +192,10 @@ KERNELS = {
 
 def applicable(call: PackedCall, failed: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """The kernels that can take `call` (none of `failed`), in the order preferred when nothing is measured."""
-    names = [*_varlen_kernels(call), "per_length"]
-    if call.query.device.type != "cpu" and flex_kernel.takes(call):
-        names.append("flex")
+    varlen = _varlen_kernels(call)
+    names = [*varlen, "per_length"]
+    if not varlen and call.query.device.type != "cpu" and flex_kernel.takes(call):
+        names.append("flex")  # where no one-launch varlen kernel takes the call: see the module docstring
     if _row_mask_worth_trying(call):
         names.append("row_mask")
     return [name for name in names if name not in failed]

@@ -14,8 +14,8 @@ device, no host sync. One mask per batch and (causal, window), shared by every l
 
 Exact: the same formula over the same keys as the model's attention; fp32 agrees to summation order (tested on
 the CPU, forward only: torch has no CPU backward for flex attention), half precision to the kernel's rounding.
-Compiled once per process (`torch.compile`, automatic dynamic shapes, so a new row count compiles once more, not
-per batch). The CPU takes this kernel only when forced: there inductor's flex template failed to build with
+Compiled once per process (`torch.compile`, dynamic shapes on accelerators: one compile for every batch shape; a
+row count of 1 may specialise once more). The CPU takes this kernel only when forced: there inductor's flex template failed to build with
 dynamic shapes and a score modification (torch 2.13), so every new batch shape would compile again (~3 s) and,
 past Dynamo's 8, run uncompiled over every pair; its forward at its best (one 16k-token row, the block mask
 built) took 0.89-0.90x per length's time (benchmarks/2026-12-05-cpu-kernel-choice.md): about the choice's margin.
@@ -63,7 +63,7 @@ def _has_flex() -> bool:
 def _compiled(device_type: str):
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False if device_type == "cpu" else None)
+    return torch.compile(flex_attention, dynamic=device_type != "cpu")
 
 
 @functools.cache
