@@ -136,6 +136,18 @@ def test_flex_attention_models_are_packed_with_gradients(family, mode):
     assert_same(loss_and_grads(stock, padded), loss_and_grads(model, packed), rtol=1e-4, atol=1e-5)
 
 
+def test_flex_trains_under_gradient_checkpointing():
+    # non-reentrant checkpointing recomputes the forward under saved-tensor hooks: the compiled kernel must run there
+    # (were it to raise, it would be dropped with a warning and per-length would take its calls: exact, but slower)
+    stock, model, report, padded, packed = _pair("qwen2")
+    for each in (stock, model):
+        each.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    with kernel_choice.forced("flex"):
+        got = loss_and_grads(model, packed)
+    assert "flex" not in kernel_choice._failed and kernel_choice.USED.get("flex")
+    assert_same(loss_and_grads(stock, padded), got, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_packed_step_makes_no_host_sync(dtype):
     # padding-free alone (label sparsity's row count is another pass's sync): the collator's metadata is on
