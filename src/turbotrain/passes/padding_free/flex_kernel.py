@@ -81,9 +81,10 @@ def _block_mask(call):
         _masks.clear()
         _masks["batch"] = cu  # held, so its id is never reused while cached
     key = (call.causal, call.window, call.query.device, call.query.shape[0], call.query.shape[2])
-    if key not in _masks:
-        _masks[key] = block_mask(_padded_segments(call), call.causal, call.window, call.query.shape[2])
-    return _masks[key]
+    mask = _masks.get(key)  # one lookup: a DataParallel replica's thread may clear the dict meanwhile
+    if mask is None:
+        mask = _masks[key] = block_mask(_padded_segments(call), call.causal, call.window, call.query.shape[2])
+    return mask
 
 
 def _padded_segments(call) -> torch.Tensor:
