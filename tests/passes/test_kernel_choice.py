@@ -27,6 +27,7 @@ def fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setattr(kernel_choice, "CHOSEN", {})
     monkeypatch.setattr(kernel_choice, "USED", {})
     monkeypatch.setattr(kernel_choice, "_failed", set())
+    monkeypatch.setattr(kernel_choice, "_confirmed", set())
     # the row mask tried on these calls as on an accelerator (up to 16x the sequences' own work; the CPU's 2x
     # bound has its own test)
     monkeypatch.setitem(attention_kernels.ROW_MASK_MAX_WASTE, "cpu", 16.0)

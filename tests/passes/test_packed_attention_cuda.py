@@ -22,6 +22,17 @@ pytestmark = pytest.mark.skipif(not ON_CUDA, reason="needs a CUDA GPU")
 LENGTHS = [100, 64, 1, 3, 17, 64, 9, 70, 2]
 
 
+@pytest.fixture(autouse=True)
+def fresh_choices(monkeypatch, tmp_path):
+    """Each test measures, counts and drops kernels on its own (a kernel dropped by one would leave the next forced
+    test on per length)."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    for name in ("CHOSEN", "USED"):
+        monkeypatch.setattr(kernel_choice, name, {})
+    for name in ("_failed", "_confirmed"):
+        monkeypatch.setattr(kernel_choice, name, set())
+
+
 def _pair(family, task="lm", dtype=torch.float32, **options):
     model = _model(family, task).to("cuda", dtype)
     stock = copy.deepcopy(model)
@@ -64,12 +75,17 @@ def test_every_bf16_kernel_matches_padded_stock(family, kernel, monkeypatch):
     config = model.config
     gqa = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
     takes = kernel != "torch_varlen" or not gqa or attention_kernels.torch_varlen_takes(2, 1)
-    assert bool(called) == takes, called
+    assert bool(called) == takes and kernel not in kernel_choice._failed, called
     assert_same(loss_and_grads(stock, padded), got, dtype=torch.bfloat16)
 
 
 def _recording(kernel, called):
-    return lambda call: called.append(1) or kernel(call)
+    def recorded(call):
+        out = kernel(call)
+        called.append(1)  # after it returned: a kernel that raised is dropped and another answers
+        return out
+
+    return recorded
 
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "gemma2"])
@@ -98,7 +114,7 @@ def test_flex_trains_fp32_like_padded_stock(family, task):
     stock, model, report, padded, packed = _pair(family, task)
     with kernel_choice.forced("flex"):
         got = loss_and_grads(model, packed)
-    assert kernel_choice.USED.get("flex")
+    assert kernel_choice.USED.get("flex") and "flex" not in kernel_choice._failed
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-4, atol=1e-5)
 
 
@@ -160,3 +176,38 @@ def test_a_packed_step_makes_no_host_sync(dtype):
         model(**packed).loss.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"capacity": 350}, {"capacity": 300, "lengths": (200, 100, 50, 3, 97)}, {"causal": False, "capacity": 350},
+     {"window": 100}, {"window": 260}, {"causal": False, "window": 150, "capacity": 350}],
+)  # fmt: skip
+def test_flex_over_many_blocks_matches_per_length_with_gradients(options):
+    # Qwen2.5-0.5B's layout in rows of 300-512 (several 128-blocks: full, partial and skipped ones, in the backward
+    # too); window 260: a full block off the diagonal under a causal window
+    from tests.passes.test_flex_kernel import _stock
+    from tests.passes.test_kernel_choice import _published_call
+
+    cpu = _published_call(_stock(), **options)
+    call = cpu.with_tensors(*(x.cuda() for x in (cpu.query, cpu.key, cpu.value)))
+    call.kwargs.update({k: v.cuda() if torch.is_tensor(v) else v for k, v in call.kwargs.items()})
+    call.sequences = call.sequences.to("cuda")
+    expected = kernel_choice._run_once(call, "per_length", training=True)
+    for want, got in zip(expected, kernel_choice._run_once(call, "flex", training=True)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_packed_flex_step_makes_no_host_sync():
+    # the block mask is built on the device from the segments: no .item(), nonzero or host-side size
+    _, model, _, _, packed = _pair("mistral")
+    with kernel_choice.forced("flex"):
+        model(**packed).loss.backward()  # warm-up: the compile
+        torch.cuda.synchronize()
+        packed = {k: v.clone() if torch.is_tensor(v) else v for k, v in packed.items()}  # a new batch: a new mask
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            model(**packed).loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    assert kernel_choice.USED.get("flex") and "flex" not in kernel_choice._failed

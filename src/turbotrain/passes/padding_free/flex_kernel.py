@@ -10,15 +10,19 @@ are not expressible here (attention_kernels.py does not offer this kernel for th
 The block mask is built without a [C, C] tensor: segments are non-decreasing along a row, so two 128-token
 blocks meet where their segment ranges overlap (and causality and the window allow), and are full (no mask
 evaluated) where both lie in one segment and every pair of positions is allowed; R * (C / 128)^2 work on the
-device, no host sync. One mask per batch and (causal, window), shared by every layer of the step.
+device, no host sync; blocks with no real token (rows' tails only) are skipped. One mask per batch and (causal,
+window), shared by every layer of the step.
 
 Exact: the same formula over the same keys as the model's attention; fp32 agrees to summation order (tested on
 the CPU, forward only: torch has no CPU backward for flex attention), half precision to the kernel's rounding.
-Compiled once per process (`torch.compile`, dynamic shapes on accelerators: one compile for every batch shape; a
-row count of 1 may specialise once more). The CPU takes this kernel only when forced: there inductor's flex template failed to build with
-dynamic shapes and a score modification (torch 2.13), so every new batch shape would compile again (~3 s) and,
-past Dynamo's 8, run uncompiled over every pair; its forward at its best (one 16k-token row, the block mask
-built) took 0.89-0.90x per length's time (benchmarks/2026-12-05-cpu-kernel-choice.md): about the choice's margin.
+Compiled once per process (`torch.compile`, dynamic shapes on accelerators; a row count of 1, or sizes that
+happen to be equal in the first batch and differ later, compile once more, and every variant (window or not,
+soft-cap or not, gradients or not) counts against Dynamo's 8 compiles of `flex_attention`, past which torch runs
+it uncompiled, with a warning). The CPU takes this kernel only when forced: there inductor's flex template failed
+to build with dynamic shapes and a score modification (torch 2.13), so every new batch shape would compile again
+(~3 s) and, past Dynamo's 8, run uncompiled over every pair; its forward at its best (one 16k-token row, the block
+mask built) took 0.89-0.90x per length's time (benchmarks/2026-12-05-cpu-kernel-choice.md): about the choice's
+margin.
 """
 
 from __future__ import annotations
@@ -80,35 +84,54 @@ def _block_mask(call):
     if _masks.get("batch") is not cu:  # a new batch: the previous one's masks are stale
         _masks.clear()
         _masks["batch"] = cu  # held, so its id is never reused while cached
-    key = (call.causal, call.window, call.query.device, call.query.shape[0], call.query.shape[2])
+    rows, _, capacity, _ = call.query.shape
+    key = (call.causal, call.window, call.query.device, rows, capacity)
     mask = _masks.get(key)  # one lookup: a DataParallel replica's thread may clear the dict meanwhile
     if mask is None:
-        mask = _masks[key] = block_mask(_padded_segments(call), call.causal, call.window, call.query.shape[2])
+        segments, real = _padded_rows(call)
+        mask = _masks[key] = block_mask(segments, real, call.causal, call.window, capacity)
     return mask
 
 
-def _padded_segments(call) -> torch.Tensor:
-    """[R, C'] segment ids per row, C' = C rounded up to `BLOCK`; positions past C get a segment of their own
-    (beyond every real one: rows stay non-decreasing, no real token meets them)."""
+def _padded_rows(call) -> tuple[torch.Tensor, torch.Tensor]:
+    """[R, C'] segment ids per row and whether each position holds a real token, C' = C rounded up to `BLOCK`;
+    positions past C get a segment of their own (beyond every real one: rows stay non-decreasing)."""
     rows, _, capacity, _ = call.query.shape
-    segments = segment_ids(call.kwargs[CU_SEQ_LENS[0]], rows * capacity, call.query.device).view(rows, capacity)
+    device = call.query.device
+    segments = segment_ids(call.kwargs[CU_SEQ_LENS[0]], rows * capacity, device).view(rows, capacity)
+    real = torch.zeros(rows * capacity, dtype=torch.bool, device=device).index_fill_(0, call.sequences.order, True)
+    real = real.view(rows, capacity)
     extra = -capacity % BLOCK
     if extra:
         beyond = segments[:, -1:].max() + 1
         segments = torch.cat([segments, beyond.expand(rows, extra)], dim=1)
-    return segments
+        real = torch.cat([real, real.new_zeros(rows, extra)], dim=1)
+    return segments, real
 
 
-def block_mask(segments: torch.Tensor, causal: bool, window: int | None, length: int):
+def block_mask(segments: torch.Tensor, real: torch.Tensor, causal: bool, window: int | None, length: int):
     """A flex `BlockMask` over `length` positions of rows whose segment ids `segments` [R, C'] (C' a multiple of
-    `BLOCK`) are non-decreasing: the allowed pairs as above."""
+    `BLOCK`) are non-decreasing, `real` [R, C'] marking real tokens: the allowed pairs as above."""
     from torch.nn.attention.flex_attention import BlockMask
 
+    meets, full = block_classes(segments, real, causal, window)
+    on_cpu = segments.device.type == "cpu"  # CUDA's kernel wraps indices past `length`; the CPU's is kept in range
+    looked_up = segments if on_cpu else segments[:, :length].contiguous()  # no size equal to C' by chance: no guard
+    return BlockMask.from_kv_blocks(*_sparse(meets & ~full), *_sparse(full), BLOCK_SIZE=BLOCK,
+                                    mask_mod=_mask_mod(looked_up, causal, window), seq_lengths=(length, length))  # fmt: skip
+
+
+def block_classes(segments: torch.Tensor, real: torch.Tensor, causal: bool, window: int | None):
+    """([R, n, n] blocks that hold an allowed pair of a real query, [R, n, n] blocks whose every pair is allowed),
+    n = C' / BLOCK. Blocks without a real token are skipped: a tail's outputs are zeroed, so its queries' keys and
+    the keys only tails meet do not matter (rows with no key left give zeros, and no gradient)."""
     first, last = segments[:, ::BLOCK], segments[:, BLOCK - 1 :: BLOCK]  # [R, n]: each block's segment range
     n = first.shape[1]
+    has_real = real.view(real.shape[0], n, BLOCK).any(-1)
     q_block = torch.arange(n, device=segments.device)[:, None]
     gap = (q_block - q_block.T).abs()
     meets = (first[:, :, None] <= last[:, None, :]) & (first[:, None, :] <= last[:, :, None])
+    meets &= has_real[:, :, None] & has_real[:, None, :]
     one = first == last
     full = one[:, :, None] & one[:, None, :] & (first[:, :, None] == first[:, None, :])
     if causal:
@@ -117,8 +140,7 @@ def block_mask(segments: torch.Tensor, causal: bool, window: int | None, length:
     if window is not None:
         meets &= (gap - 1).clamp(min=0) * BLOCK + (gap > 0).long() < window  # the nearest pair of the blocks
         full &= gap * BLOCK + BLOCK - 1 < window  # the farthest
-    return BlockMask.from_kv_blocks(*_sparse(meets & ~full), *_sparse(full), BLOCK_SIZE=BLOCK,
-                                    mask_mod=_mask_mod(segments, causal, window), seq_lengths=(length, length))  # fmt: skip
+    return meets, full & meets
 
 
 def _sparse(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

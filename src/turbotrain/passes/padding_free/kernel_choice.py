@@ -14,7 +14,9 @@ then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose o
 dropped with a warning: only exact kernels are candidates. The fastest wins where it beats the first in the
 preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
 process (`CHOSEN`; `USED` counts the training calls each kernel took, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
-later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind.
+later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind. A kernel
+that compiles (`COMPILED`: flex) read from the cache runs the call once, backward included, before a process
+trusts it (its compile errors would otherwise surface in the step's backward, past any fallback).
 
 `forced(name)`: a context in which every call takes kernel `name` where it applies (per_length elsewhere), for
 benchmarks and tests. A kernel that raises (a build without it) is dropped for the process with a warning, and
@@ -46,6 +48,8 @@ MARGIN = 1.10  # a kernel replaces the preferred one only when at least 10% fast
 CHOSEN: dict[CallKind, str] = {}
 USED: dict[str, int] = {}  # kernel -> training calls it took in this process (the run's summary)
 _failed: set[str] = set()
+_confirmed: set[tuple[str, bool]] = set()  # (compiled kernel, with backward) that ran in this process
+COMPILED = frozenset({"flex"})
 _forced: list[str] = []
 
 
@@ -162,12 +166,29 @@ def choose(call: PackedCall) -> str:
     if chosen is None:
         cached = read_entry(CACHE_FILE, kind.key())
         chosen = cached.get("kernel") if isinstance(cached, dict) else None
-        if chosen not in names:
+        if chosen not in names or (chosen in COMPILED and not _runs(call, chosen, kind.training)):
             if torch_boundary.saved_tensors_hooks_active():  # checkpointing counts saved tensors: measure later
                 return names[0]
-            chosen = _measure(call, kind, names)
+            chosen = _measure(call, kind, applicable(call, _failed))
         CHOSEN[kind] = chosen
     return chosen if chosen in names else names[0]
+
+
+def _runs(call: PackedCall, name: str, training: bool) -> bool:
+    """Whether a kernel that compiles (`COMPILED`), chosen by an earlier process, runs here, backward included: its
+    compile errors surface in the first call (in the step's backward otherwise, past any fallback); one that
+    fails is dropped with a warning. Not tried under saved-tensor hooks (the caller measures later)."""
+    if (name, training) in _confirmed:
+        return True
+    if torch_boundary.saved_tensors_hooks_active():
+        return False
+    try:
+        _run_once(call, name, training)
+    except Exception as error:
+        _drop(name, error)
+        return False
+    _confirmed.add((name, training))
+    return True
 
 
 def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
@@ -197,6 +218,7 @@ def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str 
                           f"({what}); it is not used for such calls")  # fmt: skip
                 continue
             timings[name] = _median_seconds(call, name, training)
+            _confirmed.add((name, training))
         except Exception as error:
             if name == "per_length":
                 raise
