@@ -32,7 +32,7 @@ import importlib.util
 
 import torch
 
-from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, real_tokens_only, segment_ids
+from turbotrain.passes.padding_free.packed_sequences import CU_SEQ_LENS, real_token_mask, real_tokens_only, segment_ids
 
 BLOCK = 128  # flex attention's default sparse block
 _masks: dict = {}  # the current batch's block masks: (causal, window, device) -> BlockMask, and "batch"
@@ -99,8 +99,7 @@ def _padded_rows(call) -> tuple[torch.Tensor, torch.Tensor]:
     rows, _, capacity, _ = call.query.shape
     device = call.query.device
     segments = segment_ids(call.kwargs[CU_SEQ_LENS[0]], rows * capacity, device).view(rows, capacity)
-    real = torch.zeros(rows * capacity, dtype=torch.bool, device=device).index_fill_(0, call.sequences.order, True)
-    real = real.view(rows, capacity)
+    real = real_token_mask(call.sequences.order, rows * capacity, device).view(rows, capacity)
     extra = -capacity % BLOCK
     if extra:
         beyond = segments[:, -1:].max() + 1

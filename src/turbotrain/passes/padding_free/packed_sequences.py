@@ -50,9 +50,14 @@ def segment_ids(cu_seq_lens: torch.Tensor, tokens: int, device) -> torch.Tensor:
     return torch.searchsorted(ends, torch.arange(tokens, device=device), right=True)
 
 
+def real_token_mask(order: torch.Tensor, tokens: int, device) -> torch.Tensor:
+    """[tokens] bool: which flattened positions hold a sequence's token (`order`: the real ones), not a row's tail."""
+    return torch.zeros(tokens, dtype=torch.bool, device=device).index_fill_(0, order, True)
+
+
 def real_tokens_only(out: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
     """`out` [R * C, ...] with every token outside the sequences (`order`: the real ones) zeroed (rows' tails)."""
-    real = torch.zeros(out.shape[0], dtype=torch.bool, device=out.device).index_fill_(0, order, True)
+    real = real_token_mask(order, out.shape[0], out.device)
     return torch.where(real.view(-1, *[1] * (out.dim() - 1)), out, out.new_zeros(()))
 
 
