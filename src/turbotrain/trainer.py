@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import importlib.metadata
 import logging
 
 from torch import nn
@@ -60,6 +61,25 @@ from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
 logger = logging.getLogger("turbotrain")
 _INTEGRATIONS: list[tuple] = []  # (facts, mixins) of each trainer library's table: `register_integration`
 _HAND_OVERS: list = []  # each integration's `hand_over(trainer_class, args, kwargs)`, asked before Trainer's __init__
+
+
+INTEGRATION_ENTRY_POINTS = "turbotrain.integrations"  # pyproject.toml: `<library> = "<package registering its table>"`
+_LOADED_LIBRARIES: set[str] = set()
+
+
+def load_integrations(trainer_class: type) -> None:
+    """Import the table of every trainer library `trainer_class` is built on, once per library: the entry points
+    of the group `turbotrain.integrations` named after a top-level package in its MRO (turbotrain's own:
+    `trl = "turbotrain.integrations.trl"`, pyproject.toml). So `turbo()` knows TRL's trainers however it was
+    imported (`turbotrain.trainer.turbo` too, not only the lazy front's), without this layer importing the
+    integrations layer by name; a third-party library can declare its table the same way."""
+    libraries = {base.__module__.partition(".")[0] for base in trainer_class.__mro__} - _LOADED_LIBRARIES
+    if not libraries:
+        return
+    _LOADED_LIBRARIES.update(libraries)
+    for entry in importlib.metadata.entry_points(group=INTEGRATION_ENTRY_POINTS):
+        if entry.name in libraries:
+            entry.load()
 
 
 def register_integration(facts, mixins, hand_over=None) -> None:
@@ -284,6 +304,7 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
     if not (isinstance(trainer_class, type) and issubclass(trainer_class, Trainer)):
         raise TypeError(f"turbo() takes a transformers.Trainer subclass, got {trainer_class!r}")
     if trainer_class not in _TRAINER_CLASSES:
+        load_integrations(trainer_class)
         name = f"Turbo{trainer_class.__name__}"
         namespace = {
             "__module__": __name__,
