@@ -51,7 +51,7 @@ class BackendChoice:
     backend_options: dict | None = field(
         default=None,
         metadata={
-            "help": "Options of the chosen backend: auto (min_steps, measure_steps, cache, scope), inductor (scope: "
+            "help": "Options of the chosen backend: auto (min_steps, measure_steps, min_eager_s, cache, scope), inductor (scope: "
             "'model' or 'blocks'), onnxruntime (providers, cache_dir, check_first_run, session_options), xla "
             "(num_devices, length_buckets, label_row_buckets, matmul_precision, shard, host_timeout_s); unknown keys "
             "are an error."

@@ -13,6 +13,7 @@ from tests.tiny_models import make
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses, turbo_trainer
 from turbotrain.backends import auto, get_backend
 from turbotrain.backends.auto import CACHE_FILE, MAX_COMPILING_STEPS, AutoChooser, length_bucket, run_key_parts
+from turbotrain.training.run_summary import MADE
 
 
 @pytest.fixture
@@ -49,13 +50,15 @@ def test_auto_keeps_the_faster_median(private_cache, eager_s, inductor_s, expect
 
 @pytest.mark.requires_compiler
 def test_auto_measures_both_on_the_real_steps_matches_stock_and_caches(tmp_path, private_cache, caplog):
-    kw = dict(max_steps=8, backend_options={"min_steps": 0, "measure_steps": 1, "scope": "blocks"})
+    options = {"min_steps": 0, "min_eager_s": 0, "measure_steps": 1, "scope": "blocks"}
+    kw = dict(max_steps=8, backend_options=options)
     turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         losses = train_losses(turbo)
     report = turbo.backend.report()
     assert report["choice"] in ("eager", "inductor") and report["eager_step_s"] > 0 and report["inductor_step_s"] > 0
     assert f"turbotrain auto: {report['choice']} chosen" in caplog.text
+    assert f"auto: {report['choice']} (measured on this run's steps: eager" in MADE[-1].summary
     stock = train_losses(stock_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), max_steps=8))
     assert_losses_close(losses, stock, rtol=1e-5)
     again = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
@@ -63,6 +66,30 @@ def test_auto_measures_both_on_the_real_steps_matches_stock_and_caches(tmp_path,
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
         again.train()
     assert f"auto: {report['choice']} (cached measurement" in caplog.text
+
+
+def test_auto_keeps_eager_where_the_rest_of_the_run_could_not_pay_for_a_compile(tmp_path, private_cache, caplog):
+    trainer = turbo_trainer("gpt2", tmp_path, max_steps=60)  # >= min_steps, but ~0.01 s a step: ~1 s left
+    with caplog.at_level(logging.WARNING, logger="turbotrain"):
+        losses = train_losses(trainer)
+    assert trainer.backend.choice == "eager" and trainer.model._compiled_call_impl is None
+    assert "too short to pay for compiling inductor: measuring needs >= 120 s of eager steps left" in caplog.text
+    assert "eager (the rest of the run, 51 steps at eager's" in trainer.backend.summary()
+    assert "too short to pay for compiling" in MADE[-1].summary  # the run's last line (`turbotrain run`) says it
+    assert not (private_cache / CACHE_FILE).exists()  # this run's length, not the machine's answer
+    assert len(losses) == 60
+
+
+@pytest.mark.parametrize("steps_left, measured", [(1000, False), (8000, True)])
+def test_inductor_is_measured_only_with_min_eager_s_of_eager_steps_left(monkeypatch, steps_left, measured):
+    driven = SteppedChooser(monkeypatch)
+    driven.chooser.steps_left = steps_left
+    for seconds in (9.0, 0.02, 0.02):  # warm-up, two eager steps; then 997 or 7997 steps of 0.02 s are left
+        driven.step(seconds)
+    assert driven.chooser.measuring is measured
+    assert driven.backend.choice == ("inductor" if measured else "eager")
+    if not measured:
+        assert "997 steps at eager's 0.020 s/step = 20 s" in driven.backend.plan
 
 
 def key_args(**changes):

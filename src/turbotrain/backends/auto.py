@@ -7,7 +7,10 @@ How it chooses, per run (`AutoChooser`, a TrainerCallback that times whole optim
    training examples; `$TURBOTRAIN_CACHE/auto_backend.json`) is used as is: each of these changes which
    backend is faster, so a choice is reused only where all of them match.
 2. Else, if the run has at least `min_steps` optimizer steps (default 50) and Inductor can run here:
-   step 1 eager (warm-up), then m eager steps timed (m = `measure_steps`, default 8); then the model is
+   step 1 eager (warm-up), then m eager steps timed (m = `measure_steps`, default 8). If the rest of the run at
+   eager's median takes less than `min_eager_s` (default 120 s), eager is kept, said and not cached: compiling
+   costs tens of seconds (9.5-60 s measured on a 2-core EPYC; 17.1 s for a 2-layer BERT whose whole 80-step run
+   took 1.9 s eager, which measuring made 19.3 s), more than such a rest could win back. Else the model is
    compiled in place (`inductor.compile_regions`) and steps run inductor until m of them ran without a
    Dynamo compile: a step that compiled or recompiled (the first ones, a new dynamic size) is not timed
    (its time is reported as compile_s). The faster median is kept (eager: the compilation is taken off
@@ -19,7 +22,8 @@ runs eager, and one warning says so and names the backends to choose instead.
 
 Cost bound: every step is eager or inductor, both exact (same losses within fp32 tolerance), so
 choosing never changes the numbers. Against always-eager, a run loses at most the compilation time
-plus m slower steps, paid once per machine and shape (then cached).
+plus m slower steps, paid once per machine and shape (then cached), and only by a run with at least
+`min_eager_s` of eager steps left to win it back in.
 
 Data parallel: each process measures for itself; a different choice per rank changes only speed.
 Options (`backend_options`, `AutoOptions`): min_steps, measure_steps, cache (bool), scope ("model",
@@ -60,12 +64,13 @@ LENGTH_SAMPLE = 256  # training examples whose lengths set the run's length buck
 class AutoOptions(BackendOptions):
     min_steps: int = 50
     measure_steps: int = 8
+    min_eager_s: float = 120.0  # eager seconds the run must have left after the eager steps for inductor's compile
     cache: bool = True
     scope: str = "model"
 
     def validate(self) -> None:
-        if self.measure_steps < 1 or self.min_steps < 0:
-            raise ValueError("measure_steps must be >= 1 and min_steps >= 0")
+        if self.measure_steps < 1 or self.min_steps < 0 or self.min_eager_s < 0:
+            raise ValueError("measure_steps must be >= 1, min_steps >= 0 and min_eager_s >= 0")
         if self.scope not in SCOPES:
             raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
 
@@ -198,6 +203,7 @@ class AutoChooser(TrainerCallback):
         self.compiles_before = 0
         self.compiling_steps = 0
         self.compile_s = 0.0
+        self.steps_left: int | None = None  # the run's steps still to run when training began (None: unknown)
 
     def on_train_begin(self, args, state, control, **kwargs):
         b = self.backend
@@ -223,6 +229,7 @@ class AutoChooser(TrainerCallback):
                 f"warm-up and on {m} inductor steps that did not compile"
             )
             self.measuring = True
+            self.steps_left = state.max_steps - state.global_step
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.measuring:
@@ -240,7 +247,7 @@ class AutoChooser(TrainerCallback):
         if self.backend.choice == "eager":
             if self.step > 1:  # step 1 warms up
                 self.times["eager"].append(seconds)
-            if len(self.times["eager"]) == m:
+            if len(self.times["eager"]) == m and not self.too_short_to_pay():
                 self.backend.use("inductor")
             return
         if compiles_so_far() > self.compiles_before:  # this step compiled or recompiled: not a steady step
@@ -254,12 +261,32 @@ class AutoChooser(TrainerCallback):
         if len(self.times["inductor"]) == m:
             self.decide()
 
+    def too_short_to_pay(self) -> bool:
+        """After the eager steps: keep eager (said, not cached: it is this run's length, not the machine's answer)
+        when the rest of the run at eager's median is under `min_eager_s`, too short for a compile to pay."""
+        if self.steps_left is None:
+            return False
+        eager = statistics.median(self.times["eager"])
+        left = self.steps_left - self.step
+        minimum = self.backend.options.min_eager_s
+        if left * eager >= minimum:
+            return False
+        self.measuring = False
+        self.backend.figures.update(eager_step_s=round(eager, 4))
+        self.backend.plan = (
+            f"eager (the rest of the run, {left} steps at eager's {eager:.3f} s/step = {left * eager:.0f} s, is too "
+            f"short to pay for compiling inductor: measuring needs >= {minimum:g} s of eager steps left)"
+        )
+        logger.warning("turbotrain auto: %s", self.backend.plan)
+        return True
+
     def give_up(self) -> None:
         """Inductor compiled on too many steps to be measured (or to pay): eager, said and cached."""
         b = self.backend
         b.use("eager")
         self.measuring = False
         b.figures.update(eager_step_s=round(statistics.median(self.times["eager"]), 4), inductor_step_s=None)
+        b.plan = f"eager (inductor compiled again on {self.compiling_steps} steps: recompiling)"
         logger.warning(
             "turbotrain auto: eager chosen: inductor compiled again on %d steps (recompiling, e.g. on shapes that "
             "keep changing)",
@@ -276,6 +303,7 @@ class AutoChooser(TrainerCallback):
         b.use(choice)
         self.measuring = False
         entry = {"choice": choice, **b.figures, "date": datetime.date.today().isoformat()}
+        b.plan = f"{choice} (measured on this run's steps: {_figures(entry)})"
         logger.warning("turbotrain auto: %s chosen after measuring this run's steps (%s)", choice, _figures(entry))
         if b.options.cache:
             write_cache(self.key, entry)

@@ -107,3 +107,8 @@ class SummaryCallback(TrainerCallback):
         if args.process_index == 0:
             logger.warning(self.record.summary)
             report_summary(self.trainer, self.record.summary)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """The record keeps the line as the run ended (`turbotrain run`'s last line): what a backend decided during
+        the run (auto's measured choice) replaces its plan."""
+        self.record.summary = self.trainer.turbo_summary()
