@@ -70,6 +70,7 @@ class Example:
     extra_files: list[str] = field(default_factory=list)  # siblings the script imports
     resume: bool = False  # swapped: train 10 steps saving at 5, then resume from checkpoint-5 in a new process
     requires: tuple[str, ...] = ()  # modules the script or its data loading needs beyond the dev extra
+    tolerance: float | None = None  # its own largest relative loss difference (bf16 runs), else --tolerance's
 
 
 def examples(w: Path) -> list[Example]:
@@ -248,6 +249,15 @@ def examples(w: Path) -> list[Example]:
             ],
             trl=True,
             eval=False,
+        ),
+        Example(  # TRL's own defaults otherwise: bf16 autocast and gradient checkpointing (on a CPU: use_cpu)
+            "sft (TRL defaults)",
+            "sft.py",
+            ["--model_name_or_path", str(m / "gpt2"), "--dataset_name", str(d / "sft"), "--max_length", "96"]
+            + ["--eval_strategy", "no", "--use_cpu", "True"],
+            trl=True,
+            eval=False,
+            tolerance=2e-2,  # bf16: one ulp is 2^-8 relative, summed over 10 steps of training
         ),
     ]
 
@@ -739,7 +749,8 @@ def main(argv: list[str] | None = None) -> int:
         stock = runs["stock"]
         for variant in variants:
             other = runs[variant]
-            loss_diff, eval_diff, status = compare(stock, other, args.tolerance, variant)
+            tolerance = example.tolerance if example.tolerance is not None else args.tolerance
+            loss_diff, eval_diff, status = compare(stock, other, tolerance, variant)
             ratio = stock.runtime / other.runtime if stock.runtime and other.runtime else None
             rows.append(
                 (
