@@ -92,6 +92,20 @@ def test_inductor_is_measured_only_with_min_eager_s_of_eager_steps_left(monkeypa
         assert "997 steps at eager's 0.020 s/step = 20 s" in driven.backend.plan
 
 
+@pytest.mark.requires_compiler
+def test_auto_steps_aside_for_trainers_own_torch_compile_and_the_passes_stay_exact(tmp_path, private_cache):
+    # accelerate compiles the model for Trainer; auto measured "eager" (already compiled) against a second,
+    # nested compile before
+    kw = dict(max_steps=3, torch_compile=True)
+    turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
+    losses = train_losses(turbo)
+    assert "auto: Trainer's own torch.compile (torch_compile=True, inductor)" in turbo.turbo_summary()
+    assert turbo.backend.choice == "eager" and turbo.model._compiled_call_impl is None  # nothing compiled in place
+    assert {"label_sparsity", "padding_free"} <= set(turbo.turbo_report.applied)
+    stock = train_losses(stock_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw))
+    assert_losses_close(losses, stock, rtol=1e-5)
+
+
 def key_args(**changes):
     base = dict(
         device=torch.device("cpu"),

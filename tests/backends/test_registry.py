@@ -39,3 +39,16 @@ def test_registering_a_backend_makes_it_selectable(monkeypatch):
     assert isinstance(get_backend("dummy"), Dummy) and "dummy" in registry.valid_choices()
     with pytest.raises(ValueError, match="already registered"):
         register_backend(type("Other", (Backend,), {"name": "dummy"}))
+
+
+@pytest.mark.parametrize("name", ["inductor", "onnxruntime", "xla"])
+def test_a_backend_that_compiles_the_step_refuses_trainers_own_torch_compile(name):
+    from types import SimpleNamespace
+
+    import torch
+
+    from turbotrain.backends import BackendUnavailable
+
+    args = SimpleNamespace(torch_compile=True, torch_compile_backend="inductor", device=torch.device("cpu"))
+    with pytest.raises(BackendUnavailable, match=f"backend='{name}' compiles the training step itself.*torch_compile"):
+        get_backend(name).check_available(args)

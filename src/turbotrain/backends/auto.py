@@ -16,7 +16,8 @@ How it chooses, per run (`AutoChooser`, a TrainerCallback that times whole optim
    (its time is reported as compile_s). The faster median is kept (eager: the compilation is taken off
    again, `inductor.uncompile`), the choice and both figures are logged at WARNING level and cached.
    If inductor keeps recompiling (`MAX_COMPILING_STEPS` steps that compiled), eager is kept and said so.
-3. Else eager, saying why (run too short to pay a measurement, no C++ compiler...).
+3. Else eager, saying why (run too short to pay a measurement, no C++ compiler...). With Trainer's own
+   `torch_compile=True` auto steps aside: the model is compiled once, by Trainer (the other backends refuse it).
 Outside Trainer (`turbotrain.compile(module, backend="auto")`) there are no steps to time: the module
 runs eager, and one warning says so and names the backends to choose instead.
 
@@ -154,6 +155,12 @@ class AutoBackend(Backend):
 
     def check_available(self, args: TrainingArguments) -> None:
         self.args = args
+        if getattr(
+            args, "torch_compile", False
+        ):  # the model is Trainer's to compile (accelerate): a second compile would only nest
+            compiler = getattr(args, "torch_compile_backend", None) or "inductor"
+            self.plan = f"Trainer's own torch.compile (torch_compile=True, {compiler}); auto adds and measures nothing"
+            return
         try:
             self.inductor.check_available(args)
         except BackendUnavailable as why:

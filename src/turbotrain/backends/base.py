@@ -31,6 +31,18 @@ class BackendUnavailable(RuntimeError):
     """The backend cannot run here; the message says what to install or change."""
 
 
+def refuse_trainer_compile(backend: str, args: TrainingArguments) -> None:
+    """A backend that compiles or exports the step itself (inductor, onnxruntime, xla) does not also run under
+    Trainer's own `torch_compile=True` (accelerate's torch.compile around the model): two compilers on one model
+    (under it, onnxruntime's graphs failed and ran eager, said once; inductor compiled twice)."""
+    if getattr(args, "torch_compile", False):
+        raise BackendUnavailable(
+            f"backend='{backend}' compiles the training step itself, and torch_compile=True asks Trainer to compile "
+            f"the model again around it: set torch_compile=False to train with backend '{backend}', or "
+            "backend='eager' to train under Trainer's torch.compile alone"
+        )
+
+
 @dataclass(frozen=True)
 class BackendOptions:
     """A backend's options; subclasses add fields (with defaults) and checks in `validate`."""

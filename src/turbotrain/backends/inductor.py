@@ -39,7 +39,13 @@ from torch import nn
 from transformers import TrainingArguments
 
 from turbotrain.backends.backend_registry import register_backend
-from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
+from turbotrain.backends.base import (
+    EAGER_ONLY_CHUNKED_CE,
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    refuse_trainer_compile,
+)
 from turbotrain.boundaries import torch_boundary
 from turbotrain.modeling import repeated_blocks
 from turbotrain.utils.warnings import warn_once
@@ -90,6 +96,7 @@ class InductorBackend(Backend):
         self.compiled: list[nn.Module] = []
 
     def check_available(self, args: TrainingArguments) -> None:
+        refuse_trainer_compile(self.name, args)
         if args.device.type == "cpu" and shutil.which("g++") is None and shutil.which("c++") is None:
             raise BackendUnavailable("backend='inductor' on CPU needs a C++ compiler (g++) on PATH")
 

@@ -33,7 +33,13 @@ from transformers import TrainingArguments
 
 from turbotrain.backends import ort_binding
 from turbotrain.backends.backend_registry import register_backend
-from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendOptions, BackendUnavailable
+from turbotrain.backends.base import (
+    EAGER_ONLY_CHUNKED_CE,
+    Backend,
+    BackendOptions,
+    BackendUnavailable,
+    refuse_trainer_compile,
+)
 from turbotrain.utils.cache import cache_root
 from turbotrain.utils.imports import is_available
 
@@ -124,6 +130,7 @@ class OnnxRuntimeBackend(Backend):
     options_class = OrtOptions
 
     def check_available(self, args: TrainingArguments) -> None:
+        refuse_trainer_compile(self.name, args)
         for package in ("onnxruntime", "onnxscript", "onnx"):
             if not is_available(package):
                 raise BackendUnavailable(

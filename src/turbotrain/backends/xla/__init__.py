@@ -30,7 +30,7 @@ from __future__ import annotations
 from transformers import TrainingArguments
 
 from turbotrain.backends.backend_registry import register_backend
-from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendUnavailable
+from turbotrain.backends.base import EAGER_ONLY_CHUNKED_CE, Backend, BackendUnavailable, refuse_trainer_compile
 from turbotrain.backends.xla.options import XlaOptions
 from turbotrain.boundaries.hf_boundary import missing_loop_parts
 from turbotrain.utils.imports import is_available
@@ -58,6 +58,7 @@ class XlaBackend(Backend):
     def check_available(self, args: TrainingArguments) -> None:
         from turbotrain.backends.xla.gpu_memory import share_gpu_with_torch
 
+        refuse_trainer_compile(self.name, args)
         share_gpu_with_torch(args.device)  # before jax starts a GPU client beside torch's model
         missing = [package for package in PACKAGES if not is_available(package)]
         if missing:
