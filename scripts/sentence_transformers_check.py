@@ -102,7 +102,8 @@ def run_child(way: str, work: Path, loss_name: str, steps: int) -> dict:
     out = work / f"{loss_name}-{way.replace(' ', '-')}"
     cmd = [*launch, __file__, "--child", loss_name, "--work", str(work), "--steps", str(steps), "--out", str(out)]
     start = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}, check=False)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TURBOTRAIN_CACHE": str(work / "turbotrain-cache")}  # no earlier choice
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     log = done.stdout + done.stderr
     (work / f"{out.name}.log").write_text(" ".join(cmd) + "\n" + log)
     result = next((json.loads(line[7:]) for line in done.stdout.splitlines() if line.startswith("RESULT ")), None)

@@ -67,19 +67,43 @@ INTEGRATION_ENTRY_POINTS = "turbotrain.integrations"  # pyproject.toml: `<librar
 _LOADED_LIBRARIES: set[str] = set()
 
 
+@functools.cache
+def integration_entry_points() -> dict:
+    """The declared tables by library name, read from turbotrain's installed metadata once."""
+    return {entry.name: entry for entry in importlib.metadata.entry_points(group=INTEGRATION_ENTRY_POINTS)}
+
+
 def load_integrations(trainer_class: type) -> None:
     """Import the table of every trainer library `trainer_class` is built on, once per library: the entry points
     of the group `turbotrain.integrations` named after a top-level package in its MRO (turbotrain's own:
-    `trl = "turbotrain.integrations.trl"`, pyproject.toml). So `turbo()` knows TRL's trainers however it was
-    imported (`turbotrain.trainer.turbo` too, not only the lazy front's), without this layer importing the
-    integrations layer by name; a third-party library can declare its table the same way."""
-    libraries = {base.__module__.partition(".")[0] for base in trainer_class.__mro__} - _LOADED_LIBRARIES
+    `trl = "turbotrain.integrations.trl"`, pyproject.toml). So `turbo()` and `TurboMixin` know TRL's trainers
+    however they were imported (`turbotrain.trainer.turbo` too, not only the lazy front's), and a library's
+    trainer built on `TurboTrainer` (`turbotrain run`) too. The trainer layer reads the table's name from the
+    metadata, never imports the integrations layer by name (docs/architecture.md, "Layers")."""
+    libraries = {(getattr(base, "__module__", None) or "").partition(".")[0] for base in trainer_class.__mro__}
+    libraries -= _LOADED_LIBRARIES
     if not libraries:
         return
+    entries = integration_entry_points()
+    if not entries and not _INTEGRATIONS:
+        _say_no_metadata(libraries)
+    for library in sorted(libraries & set(entries)):
+        entries[library].load()  # a table that fails to import raises here, and again at the next call
     _LOADED_LIBRARIES.update(libraries)
-    for entry in importlib.metadata.entry_points(group=INTEGRATION_ENTRY_POINTS):
-        if entry.name in libraries:
-            entry.load()
+
+
+def _say_no_metadata(libraries: set[str]) -> None:
+    """turbotrain runs from a source folder (or an install older than its entry points): an installed trainer
+    library's class gets no table unless `turbotrain.turbo` was imported, which registers them; said once."""
+    installed = sorted(libraries & set(importlib.metadata.packages_distributions()) - {"transformers", "turbotrain"})
+    if installed:
+        logger.warning(
+            "turbotrain: its installed metadata declares no trainer-library tables (entry points '%s': run from a "
+            "source folder, or installed before they existed), so %s's trainers get none here; import turbo from "
+            "turbotrain (turbotrain.turbo), or reinstall: pip install -e .",
+            INTEGRATION_ENTRY_POINTS,
+            ", ".join(installed),
+        )
 
 
 def register_integration(facts, mixins, hand_over=None) -> None:
@@ -101,6 +125,7 @@ class TurboMixin(TrainerBoundary):
     def __init__(self, *args, **kwargs):
         self._turbo_ready = False
         load = OtherWork()  # other processes' CPU time from here on: the thread choice's first window
+        load_integrations(type(self))  # a library's trainer subclassing TurboTrainer (turbotrain run) has its table
         for hand_over in _HAND_OVERS:  # TRL's SFTTrainer would rebuild turbo arguments and fail
             args, kwargs = hand_over(type(self), args, kwargs)
         super().__init__(*args, **kwargs)
@@ -303,8 +328,8 @@ def turbo(trainer_class: type[Trainer]) -> type[Trainer]:
         return trainer_class
     if not (isinstance(trainer_class, type) and issubclass(trainer_class, Trainer)):
         raise TypeError(f"turbo() takes a transformers.Trainer subclass, got {trainer_class!r}")
+    load_integrations(trainer_class)  # before the lookup: a table may make the class while it is imported
     if trainer_class not in _TRAINER_CLASSES:
-        load_integrations(trainer_class)
         name = f"Turbo{trainer_class.__name__}"
         namespace = {
             "__module__": __name__,

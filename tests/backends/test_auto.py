@@ -68,6 +68,7 @@ def test_auto_measures_both_on_the_real_steps_matches_stock_and_caches(tmp_path,
     assert f"auto: {report['choice']} (cached measurement" in caplog.text
 
 
+@pytest.mark.requires_compiler
 def test_auto_keeps_eager_where_the_rest_of_the_run_could_not_pay_for_a_compile(tmp_path, private_cache, caplog):
     trainer = turbo_trainer("gpt2", tmp_path, max_steps=60)  # >= min_steps, but ~0.01 s a step: ~1 s left
     with caplog.at_level(logging.WARNING, logger="turbotrain"):
@@ -97,13 +98,71 @@ def test_auto_steps_aside_for_trainers_own_torch_compile_and_the_passes_stay_exa
     # accelerate compiles the model for Trainer; auto measured "eager" (already compiled) against a second,
     # nested compile before
     kw = dict(max_steps=3, torch_compile=True)
-    turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw)
+    measure_at_once = {"min_steps": 0, "min_eager_s": 0, "measure_steps": 1}  # what compiled in place before
+    turbo = turbo_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), backend_options=measure_at_once, **kw)
     losses = train_losses(turbo)
     assert "auto: Trainer's own torch.compile (torch_compile=True, inductor)" in turbo.turbo_summary()
     assert turbo.backend.choice == "eager" and turbo.model._compiled_call_impl is None  # nothing compiled in place
     assert {"label_sparsity", "padding_free"} <= set(turbo.turbo_report.applied)
     stock = train_losses(stock_trainer("gpt2", tmp_path, model=make("gpt2", dropout=False), **kw))
     assert_losses_close(losses, stock, rtol=1e-5)
+
+
+def planned(backend, max_steps: int, global_step: int = 0) -> AutoChooser:
+    chooser = AutoChooser(backend)
+    state = SimpleNamespace(max_steps=max_steps, global_step=global_step)
+    chooser.on_train_begin(key_args(), state, None)
+    return chooser
+
+
+def test_each_train_call_plans_anew():
+    backend = get_backend("auto", {"cache": False})
+    backend.check_available(key_args(device=torch.device("cpu"), torch_compile=False))
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    backend.plan = "inductor (measured on this run's steps: ...)"  # what a first train() left
+    planned(backend, max_steps=3)
+    assert backend.plan.startswith("eager (a run of 3 steps is too short") and backend.choice == "eager"
+    chooser = planned(backend, max_steps=200)
+    assert chooser.measuring and chooser.steps_left == 200 and backend.plan.startswith("eager, then the faster")
+
+
+def test_a_resumed_run_counts_only_the_steps_it_has_left():
+    backend = get_backend("auto", {"cache": False})
+    backend.check_available(key_args(device=torch.device("cpu"), torch_compile=False))
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    chooser = planned(backend, max_steps=1000, global_step=995)
+    assert not chooser.measuring and "a run of 5 steps is too short" in backend.plan
+
+
+@pytest.mark.parametrize("steps, kept", [(100, "eager"), (10_000, "inductor")])
+def test_a_cached_inductor_choice_is_not_compiled_for_a_run_too_short_to_pay(private_cache, steps, kept):
+    backend = get_backend("auto")
+    backend.check_available(key_args(device=torch.device("cpu"), torch_compile=False))
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    key = auto.run_key(key_args(), backend.model, "model", "?")
+    auto.write_cache(key, {"choice": "inductor", "eager_step_s": 0.05, "inductor_step_s": 0.04, "date": "d"})
+    planned(backend, max_steps=steps)  # 100 x 0.05 s = 5 s of eager steps; 10,000: 500 s
+    assert backend.choice == kept and (backend.model._compiled_call_impl is not None) == (kept == "inductor")
+    if kept == "eager":
+        assert "chose inductor, but this run's 100 steps at that eager speed, 5 s, are too short" in backend.plan
+
+
+def test_a_run_that_ends_while_measuring_says_so():
+    backend = get_backend("auto", {"cache": False})
+    backend.check_available(key_args(device=torch.device("cpu"), torch_compile=False))
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    chooser = planned(backend, max_steps=100)
+    chooser.on_train_end(None, None, None)  # an early-stopping callback ended it after a few steps
+    assert backend.plan == "eager (the run ended before auto finished measuring)" and not chooser.measuring
+
+
+def test_trainers_torch_compile_is_the_plan_of_every_run():
+    backend = get_backend("auto")
+    backend.check_available(key_args(torch_compile=True, torch_compile_backend=None))
+    backend.wrap_model(torch.nn.Linear(2, 2))
+    for steps in (3, 500):
+        chooser = planned(backend, max_steps=steps)
+        assert not chooser.measuring and backend.plan.startswith("Trainer's own torch.compile")
 
 
 def key_args(**changes):

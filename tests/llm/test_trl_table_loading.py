@@ -23,7 +23,7 @@ def fresh(code: str) -> str:
 
 def test_the_trl_table_is_declared_as_an_entry_point():
     entries = {e.name: e.value for e in importlib.metadata.entry_points(group="turbotrain.integrations")}
-    assert entries == {"trl": "turbotrain.integrations.trl"}
+    assert entries.get("trl") == "turbotrain.integrations.trl"
 
 
 def test_turbo_imported_from_the_trainer_layer_knows_trl_trainers():
@@ -48,3 +48,15 @@ def test_a_class_of_a_library_without_a_table_imports_none():
         "print(len(_INTEGRATIONS), 'turbotrain.integrations' in sys.modules, 'trl' in sys.modules)\n"
     )
     assert out == "0 False False"
+
+
+def test_without_the_metadata_a_library_class_is_said_to_get_no_table():
+    out = fresh(
+        "import logging, sys\n"
+        "logging.basicConfig(stream=sys.stdout, level=logging.WARNING, format='%(message)s')\n"
+        "import turbotrain.trainer as trainer\n"
+        "trainer.integration_entry_points = lambda: {}  # as from a source folder on PYTHONPATH\n"
+        "from trl import SFTTrainer\n"
+        "trainer.turbo(SFTTrainer)\n"
+    )
+    assert "declares no trainer-library tables" in out and "so trl's trainers get none here" in out

@@ -6,6 +6,8 @@ How it chooses, per run (`AutoChooser`, a TrainerCallback that times whole optim
    size, gradient accumulation and checkpointing, world size, compile scope, and the length bucket of the
    training examples; `$TURBOTRAIN_CACHE/auto_backend.json`) is used as is: each of these changes which
    backend is faster, so a choice is reused only where all of them match.
+   A cached inductor choice is not compiled for a run whose steps at the cached eager speed come to less than
+   `min_eager_s` (below).
 2. Else, if the run has at least `min_steps` optimizer steps (default 50) and Inductor can run here:
    step 1 eager (warm-up), then m eager steps timed (m = `measure_steps`, default 8). If the rest of the run at
    eager's median takes less than `min_eager_s` (default 120 s), eager is kept, said and not cached: compiling
@@ -17,7 +19,9 @@ How it chooses, per run (`AutoChooser`, a TrainerCallback that times whole optim
    again, `inductor.uncompile`), the choice and both figures are logged at WARNING level and cached.
    If inductor keeps recompiling (`MAX_COMPILING_STEPS` steps that compiled), eager is kept and said so.
 3. Else eager, saying why (run too short to pay a measurement, no C++ compiler...). With Trainer's own
-   `torch_compile=True` auto steps aside: the model is compiled once, by Trainer (the other backends refuse it).
+   `torch_compile=True` auto steps aside: the model is compiled once, by Trainer (inductor, onnxruntime and xla
+   refuse to start under it; eager runs under it).
+Each `train()` plans anew (`steps_left` counts from a resumed run's step).
 Outside Trainer (`turbotrain.compile(module, backend="auto")`) there are no steps to time: the module
 runs eager, and one warning says so and names the backends to choose instead.
 
@@ -27,11 +31,12 @@ plus m slower steps, paid once per machine and shape (then cached), and only by 
 `min_eager_s` of eager steps left to win it back in.
 
 Data parallel: each process measures for itself; a different choice per rank changes only speed.
-Options (`backend_options`, `AutoOptions`): min_steps, measure_steps, cache (bool), scope ("model",
+Options (`backend_options`, `AutoOptions`): min_steps, measure_steps, min_eager_s, cache (bool), scope ("model",
 "blocks": what inductor compiles, see inductor.py). "model" stays the default: on a GPT-2-shaped bf16 run
 (h512, 6 layers, vocabulary 50,257, batch 16 x 128, 60 steps) auto timed whole-model inductor 1.16x eager
 and kept it (1.09x stock bf16), while with "blocks" inductor timed equal to eager (1.00x) and eager was kept
-(benchmarks/2026-12-02-cpu-auto-scope.md).
+(benchmarks/2026-12-02-cpu-auto-scope.md; measured before `min_eager_s`, under which that 60-step run, ~90 s of
+eager steps left, would keep eager unmeasured).
 """
 
 from __future__ import annotations
@@ -151,20 +156,22 @@ class AutoBackend(Backend):
         self.model: nn.Module | None = None
         self.choice = "eager"
         self.plan = "eager"
+        self.unavailable: str | None = None  # why auto cannot measure here (the plan of every run), or None
         self.figures: dict = {}
 
     def check_available(self, args: TrainingArguments) -> None:
         self.args = args
-        if getattr(
-            args, "torch_compile", False
-        ):  # the model is Trainer's to compile (accelerate): a second compile would only nest
+        if getattr(args, "torch_compile", False):  # Trainer compiles the model (accelerate): a 2nd compile nests
             compiler = getattr(args, "torch_compile_backend", None) or "inductor"
-            self.plan = f"Trainer's own torch.compile (torch_compile=True, {compiler}); auto adds and measures nothing"
-            return
-        try:
-            self.inductor.check_available(args)
-        except BackendUnavailable as why:
-            self.plan = f"eager ({why})"
+            self.unavailable = (
+                f"Trainer's own torch.compile (torch_compile=True, {compiler}); auto adds and measures nothing"
+            )
+        else:
+            try:
+                self.inductor.check_available(args)
+            except BackendUnavailable as why:
+                self.unavailable = f"eager ({why})"
+        self.plan = self.unavailable or self.plan
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         """A new model (Trainer's `model_init` makes one per training or trial) starts eager, its choice new."""
@@ -202,6 +209,10 @@ class AutoChooser(TrainerCallback):
 
     def __init__(self, backend: AutoBackend):
         self.backend = backend
+        self.reset()
+
+    def reset(self) -> None:
+        """Nothing measured yet (each `train()` starts here)."""
         self.key = ""
         self.times: dict[str, list[float]] = {"eager": [], "inductor": []}
         self.step = 0
@@ -213,19 +224,23 @@ class AutoChooser(TrainerCallback):
         self.steps_left: int | None = None  # the run's steps still to run when training began (None: unknown)
 
     def on_train_begin(self, args, state, control, **kwargs):
+        """Each `train()` plans anew (a second call, a hyperparameter trial's new model, a resume)."""
         b = self.backend
-        if b.plan != "eager" or b.model is None:  # no compiler: eager, already said
+        self.reset()
+        b.plan, b.figures = b.unavailable or "eager", {}
+        if b.unavailable is not None or b.model is None:  # no compiler, Trainer's torch.compile: said in the plan
             return
         options = b.options
+        steps_left = state.max_steps - state.global_step  # a resumed run has only these to pay a measurement back
         self.key = run_key(args, b.model, options.scope, length_bucket(kwargs.get("train_dataloader")))
         cached = read_cache(self.key) if options.cache else None
         if cached is not None:
             b.figures = {k: v for k, v in cached.items() if k != "choice"}
-            b.plan = f"{cached['choice']} (cached measurement of {cached.get('date', '?')}: {_figures(cached)})"
-            b.use(cached["choice"])
-        elif state.max_steps < options.min_steps:
+            b.use(self.cached_choice(cached, steps_left))
+        elif steps_left < options.min_steps:
+            b.use("eager")
             b.plan = (
-                f"eager (a run of {state.max_steps} steps is too short to pay for measuring inductor: "
+                f"eager (a run of {steps_left} steps is too short to pay for measuring inductor: "
                 f"needs >= {options.min_steps})"
             )
         else:
@@ -235,8 +250,29 @@ class AutoChooser(TrainerCallback):
                 f"eager, then the faster of eager and inductor ({compiled}), timed on {m} eager steps after a "
                 f"warm-up and on {m} inductor steps that did not compile"
             )
+            b.use("eager")
             self.measuring = True
-            self.steps_left = state.max_steps - state.global_step
+            self.steps_left = steps_left
+
+    def cached_choice(self, cached: dict, steps_left: int) -> str:
+        """The cached choice, said in the plan; eager where it is inductor but this run's steps at the cached
+        eager speed come to less than `min_eager_s` (the compile would not pay here)."""
+        b, minimum = self.backend, self.backend.options.min_eager_s
+        measured = f"cached measurement of {cached.get('date', '?')}: {_figures(cached)}"
+        eager_s = steps_left * cached.get("eager_step_s", 0.0)
+        if cached["choice"] != "inductor" or eager_s >= minimum:
+            b.plan = f"{cached['choice']} ({measured})"
+            return cached["choice"]
+        b.plan = (
+            f"eager (a {measured} chose inductor, but this run's {steps_left} steps at that eager speed, "
+            f"{eager_s:.0f} s, are too short to pay for compiling: needs >= {minimum:g} s)"
+        )
+        return "eager"
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.measuring:  # stopped early (a callback, min_steps below the measurement's steps): nothing cached
+            self.measuring = False
+            self.backend.plan = f"{self.backend.choice} (the run ended before auto finished measuring)"
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.measuring:
