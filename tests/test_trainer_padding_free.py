@@ -39,6 +39,22 @@ def test_golden_losses_packed_match_stock_dynamic_padding(family, task, tmp_path
     assert len(set(stock)) == len(stock)
 
 
+@pytest.mark.parametrize("counted", ["all", "non_padding"])
+def test_tokens_seen_and_total_flos_are_counted_as_stock_counts_them(counted, tmp_path):
+    # Trainer counts `num_input_tokens_seen` and estimates `total_flos` on the main input: a packed batch holds
+    # fewer positions (stock's "all" counted 112/224/372 tokens at the first three steps, packed rows 56/152/272)
+    runs = [
+        run(cls, args, "gpt2", "lm", tmp_path, include_num_input_tokens_seen=counted, max_steps=4)
+        for cls, args in ((Trainer, TrainingArguments), (TurboTrainer, TurboTrainingArguments))
+    ]
+    for trainer in runs:
+        trainer.train()
+    assert "padding_free" in runs[1].turbo_report.applied
+    stock, turbo = ([e["num_input_tokens_seen"] for e in t.state.log_history if "loss" in e] for t in runs)
+    assert turbo == stock and len(set(stock)) == 4
+    assert runs[1].state.total_flos == runs[0].state.total_flos > 0
+
+
 @pytest.mark.parametrize("attention,mask_dims", [("packed", 2), ("masks", 4)])
 def test_training_batches_are_packed_and_eval_batches_are_not(tmp_path, attention, mask_dims):
     # packed attention: one row per batch ("auto"), segment metadata and no 4-D mask; masks: the block mask

@@ -20,7 +20,9 @@ reached through `hf_boundary.TrainerBoundary`, which forwards them to the public
   then through the installed passes' collator steps (`OptimizeReport.collator`); evaluation and prediction keep
   the user's collator, so `compute_metrics` sees padded, full logits.
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
-* `turbo_count_batches`: Trainer counts the loss's items on the padded labels packed batches carry (the stock count).
+* `turbo_count_batches`: Trainer counts the loss's items on the padded labels packed batches carry (the stock count);
+  `turbo_count_inputs`: its `num_input_tokens_seen` and `floating_point_ops` (`total_flos`) on their padded
+  attention mask (the stock counts).
 * `turbo_training_loop`: a backend that cannot run inside Trainer's loop (xla) supplies its own.
 * `turbo_checkpoint` / `train(resume_from_checkpoint=...)`: a checkpoint is committed only once fully on disk
   (sizes and checksums), resuming skips one cut off or damaged (checkpoints.py), a full disk is named in one line.
@@ -53,7 +55,7 @@ from turbotrain.training.bf16_hint import bf16_hint, wants_hint
 from turbotrain.training.hidden_callbacks import HiddenCallbacks, ThreadsCallback
 from turbotrain.training.run_summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
 from turbotrain.training.token_budget import TokenBudgetBatchSampler, example_lengths
-from turbotrain.utils.batch_keys import PADDED_LABELS
+from turbotrain.utils.batch_keys import PADDED_LABELS, PADDED_MASK
 from turbotrain.utils.freed_memory import release_freed_memory
 from turbotrain.utils.threads import OtherWork
 from turbotrain.utils.warnings import log_once, quiet_cpu_pin_memory
@@ -263,6 +265,18 @@ class TurboMixin(TrainerBoundary):
         if batch_samples and all(PADDED_LABELS in batch for batch in batch_samples):
             return [{**batch, "labels": batch[PADDED_LABELS]} for batch in batch_samples]
         return batch_samples
+
+    def turbo_count_inputs(self, inputs: dict) -> dict:
+        """The batch Trainer counts `num_input_tokens_seen` on: a packed one as its padded inputs were (the padded
+        mask in the main input's place, so "all" counts padded tokens, "non_padding" real ones, as stock)."""
+        if PADDED_MASK not in inputs:
+            return inputs
+        mask = inputs[PADDED_MASK]
+        return {getattr(self.model, "main_input_name", "input_ids"): mask, "attention_mask": mask}
+
+    def floating_point_ops(self, inputs: dict) -> int:
+        """Trainer's estimate (6 x main input's tokens x parameters) on the padded inputs, as stock's `total_flos`."""
+        return super().floating_point_ops(self.turbo_count_inputs(inputs))
 
     def turbo_training_loop(self):
         """The backend's own loop (same arguments as Trainer's inner loop), or None to keep Trainer's."""

@@ -11,6 +11,7 @@ Two kinds of use:
 * `TrainerBoundary`, a mixin placed before a Trainer class, overrides Trainer's private hooks and
   forwards each to a public `turbo_*` method of the turbotrain mixin (`trainer.py`):
   `_get_train_sampler` -> `turbo_train_sampler`, `_get_num_items_in_batch` -> `turbo_count_batches`,
+  `_track_num_input_tokens` -> `turbo_count_inputs`,
   `_inner_training_loop` -> `turbo_training_loop`, `_save_checkpoint` -> `turbo_checkpoint`.
 * Functions for the parts of Trainer's loop that a backend with its own loop reuses (xla: state,
   resume, loss tracking, log/save/evaluate, finalize), and single private attributes
@@ -51,6 +52,9 @@ class TrainerBoundary:
 
     def _get_num_items_in_batch(self, batch_samples, device):
         return super()._get_num_items_in_batch(self.turbo_count_batches(batch_samples), device)
+
+    def _track_num_input_tokens(self, inputs):
+        return super()._track_num_input_tokens(self.turbo_count_inputs(inputs))
 
     def _inner_training_loop(
         self, batch_size=None, args=None, resume_from_checkpoint=None, trial=None, ignore_keys_for_eval=None

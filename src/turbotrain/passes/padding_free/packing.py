@@ -63,6 +63,7 @@ from turbotrain.passes.padding_free.packed_sequences import sequence_metadata
 from turbotrain.utils.batch_keys import (
     IGNORE_INDEX,
     PADDED_LABELS,
+    PADDED_MASK,
     REAL_TOKENS,
     SEGMENTS,
     SEQUENCE_STARTS,
@@ -167,6 +168,7 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
     packed[SEGMENTS] = segments
     packed[SEQUENCE_STARTS] = starts
     packed[REAL_TOKENS] = lengths.sum()
+    packed[PADDED_MASK] = batch["attention_mask"]
     return packed
 
 
