@@ -39,6 +39,32 @@ def test_golden_losses_packed_match_stock_dynamic_padding(family, task, tmp_path
     assert len(set(stock)) == len(stock)
 
 
+def iterable_run(trainer_class, args_class, tmp_path, **overrides):
+    trainer = run(trainer_class, args_class, "llama", "lm", tmp_path, max_steps=5, **overrides)
+    trainer.train_dataset = trainer.train_dataset.to_iterable_dataset()  # a streamed data set: accelerate dispatches
+    return trainer
+
+
+def test_an_iterable_datasets_dispatched_batches_stay_unpacked_said_and_train_as_stock(tmp_path, caplog):
+    # accelerate concatenates and slices dispatched batches on their first dimension: packed ones failed to
+    # concatenate ("You can't use batches of different size with `dispatch_batches=True`...")
+    stock = train_losses(iterable_run(Trainer, TrainingArguments, tmp_path))
+    turbo = iterable_run(TurboTrainer, TurboTrainingArguments, tmp_path)
+    with caplog.at_level("WARNING", logger="turbotrain"):
+        assert_losses_close(train_losses(turbo), stock, rtol=1e-5)
+    assert "accelerate dispatches an IterableDataset's batches" in caplog.text
+    assert "training batches as collated (accelerate dispatches them)" in turbo.turbo_summary()
+
+
+def test_an_iterable_dataset_without_dispatching_is_packed(tmp_path):
+    off = {"accelerator_config": {"dispatch_batches": False}}
+    stock = train_losses(iterable_run(Trainer, TrainingArguments, tmp_path, **off))
+    turbo = iterable_run(TurboTrainer, TurboTrainingArguments, tmp_path, **off)
+    assert_losses_close(train_losses(turbo), stock, rtol=1e-5)
+    assert "padding_free (attention: " in turbo.turbo_summary()  # packed calls ran through a kernel
+    assert "as collated" not in turbo.turbo_summary()
+
+
 @pytest.mark.parametrize("counted", ["all", "non_padding"])
 def test_tokens_seen_and_total_flos_are_counted_as_stock_counts_them(counted, tmp_path):
     # Trainer counts `num_input_tokens_seen` and estimates `total_flos` on the main input: a packed batch holds

@@ -17,7 +17,8 @@ reached through `hf_boundary.TrainerBoundary`, which forwards them to the public
   inside `Bf16Emulation` where it is on; without an accelerator torch's pin_memory notice is silenced.
 * `call_model_init`: the same passes on every model `model_init` makes (hyperparameter search).
 * `get_train_dataloader`: training batches checked first (batch_checks.py: named in one line before any step),
-  then through the installed passes' collator steps (`OptimizeReport.collator`); evaluation and prediction keep
+  then through the installed passes' collator steps (`OptimizeReport.collator`; not where accelerate dispatches
+  the batches, an IterableDataset's by default: said once, `dispatched_batches`); evaluation and prediction keep
   the user's collator, so `compute_metrics` sees padded, full logits.
 * `turbo_train_sampler`: with `max_tokens_per_batch`, a token-budget batch sampler (token_budget.py).
 * `turbo_count_batches`: Trainer counts the loss's items on the padded labels packed batches carry (the stock count);
@@ -40,6 +41,7 @@ import functools
 import importlib.metadata
 import logging
 
+import torch
 from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
@@ -118,10 +120,20 @@ def register_integration(facts, mixins, hand_over=None) -> None:
         _HAND_OVERS.append(hand_over)
 
 
+def dispatched_batches(accelerator, dataset) -> bool:
+    """Whether accelerate will dispatch the training batches (process 0 fetches one per process, concatenates and
+    slices them on their first dimension): asked for, or by default for a torch IterableDataset placed on device."""
+    dispatch = accelerator.dispatch_batches
+    if dispatch is None:
+        dispatch = accelerator.device_placement and isinstance(dataset, torch.utils.data.IterableDataset)
+    return bool(dispatch)
+
+
 class TurboMixin(TrainerBoundary):
     """turbotrain's part of a Trainer class; see the module docstring for what it changes."""
 
     turbo_report: OptimizeReport | None = None
+    turbo_dispatched = False  # accelerate dispatches the training batches: the passes' collator steps stay out
     turbo_reference = None  # DPOTrainer's separate reference model's pass (label_sparsity/reference_calls.py), or None
 
     def __init__(self, *args, **kwargs):
@@ -191,7 +203,8 @@ class TurboMixin(TrainerBoundary):
         line = summary_line(self.backend.summary(), active_labels(report), self.turbo_optim, missing)
         threads = getattr(self, "turbo_threads", None)
         chosen = f"; {threads.choice.line()}" if threads is not None and threads.choice is not None else ""
-        return line + emulation_note(getattr(self, "turbo_bf16_emulation", False)) + chosen
+        as_made = "; training batches as collated (accelerate dispatches them)" if self.turbo_dispatched else ""
+        return line + emulation_note(getattr(self, "turbo_bf16_emulation", False)) + as_made + chosen
 
     def create_optimizer(self, *given, **named):
         """Trainer's optimizer, made with `optim` the one this run uses (the fused AdamW where the device has it:
@@ -234,6 +247,16 @@ class TurboMixin(TrainerBoundary):
         a step on this run's device, inside Trainer's loop unless the backend owns its loop; None for the user's."""
         report, inner = self.turbo_report, self.data_collator
         if report is None or inner is None:
+            return None
+        self.turbo_dispatched = dispatched_batches(self.accelerator, self.train_dataset)
+        if self.turbo_dispatched:
+            log_once(
+                "turbotrain: training batches stay as the collator made them (padding-free left them padded, label "
+                "rows are found in the model): accelerate dispatches an IterableDataset's batches, concatenating and "
+                "slicing them along their first dimension, which packed rows and their sequence index cannot take; "
+                "TrainingArguments(accelerator_config={'dispatch_batches': False}) lets each process build its own",
+                logging.WARNING,
+            )
             return None
         collator = report.collator(inner, StepPlace(self.args.device, in_trainer_loop=not self.backend.owns_loop))
         return None if collator is inner else collator
