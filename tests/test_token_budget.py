@@ -70,3 +70,16 @@ def test_trainer_batches_fill_the_token_budget(tmp_path):
 def test_older_transformers_are_refused_with_the_version_needed(tmp_path):
     with pytest.raises(ValueError, match=r"max_tokens_per_batch needs transformers>=5\.17"):
         TurboTrainingArguments(output_dir=str(tmp_path), report_to="none", max_tokens_per_batch=64)
+
+
+@needs_batch_sampler
+def test_an_iterable_dataset_is_refused_before_training(tmp_path):
+    # Trainer draws no sampler for an IterableDataset: the budget went unused, batches of 4 trained silently
+    args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 3}, max_tokens_per_batch=64)
+    stream = variable_length_dataset(n=40).to_iterable_dataset()
+    trainer = TurboTrainer(
+        model=make("roberta", dropout=False), args=args, train_dataset=stream, data_collator=RightPaddingCollator(1)
+    )
+    with pytest.raises(ValueError, match="max_tokens_per_batch .* an IterableDataset \\(IterableDataset\\) has none"):
+        trainer.train()
+    assert trainer.state.global_step == 0

@@ -52,7 +52,7 @@ from turbotrain.boundaries.hf_boundary import TrainerBoundary, rotate_checkpoint
 from turbotrain.passes import OptimizeReport, optimize, resolve_optim_name
 from turbotrain.passes.registry import StepPlace, TrainerFacts, trainer_refusals
 from turbotrain.passes.self_check import RunPrecision, run_precision
-from turbotrain.training import batch_checks, bf16_emulation, checkpoints
+from turbotrain.training import batch_checks, bf16_emulation, checkpoints, token_budget
 from turbotrain.training.bf16_hint import bf16_hint, wants_hint
 from turbotrain.training.hidden_callbacks import HiddenCallbacks, ThreadsCallback
 from turbotrain.training.run_summary import SummaryCallback, active_labels, emulation_note, not_active, summary_line
@@ -264,6 +264,8 @@ class TurboMixin(TrainerBoundary):
     def get_train_dataloader(self):
         user_collator = self.data_collator
         own_loss = type(self).compute_loss is Trainer.compute_loss and getattr(self, "compute_loss_func", None) is None
+        if self.turbo_options.max_tokens_per_batch is not None:
+            token_budget.require_map_style(self.train_dataset)
         try:  # innermost, before the passes' steps: a bad batch named in one line (batch_checks.py)
             self.data_collator = batch_checks.checked_collator(user_collator, self.model, own_loss)
             self.data_collator = self._turbo_train_collator() or self.data_collator

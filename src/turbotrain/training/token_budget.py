@@ -56,6 +56,17 @@ class TokenBudgetOptions:
             require_support()
 
 
+def require_map_style(dataset) -> None:
+    """Raise a clear error for a dataset without a sampler to replace: Trainer streams an IterableDataset's
+    examples as they come, and a budget left unused would silently train on other batches than asked for."""
+    if isinstance(dataset, torch.utils.data.IterableDataset):
+        raise ValueError(
+            "max_tokens_per_batch fills each batch by example length through a batch sampler, and an "
+            f"IterableDataset ({type(dataset).__name__}) has none: leave max_tokens_per_batch unset, or train on a "
+            "map-style dataset (datasets: Dataset.from_generator, or load without streaming=True)"
+        )
+
+
 def example_lengths(dataset, key: str = "input_ids") -> list[int]:
     """Token length of every example: a `length` column if the dataset has one, else len(example[key])."""
     columns = getattr(dataset, "column_names", None) or []
