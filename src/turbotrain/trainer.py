@@ -248,27 +248,32 @@ class TurboMixin(TrainerBoundary):
         report, inner = self.turbo_report, self.data_collator
         if report is None or inner is None:
             return None
-        self.turbo_dispatched = dispatched_batches(self.accelerator, self.train_dataset)
-        if self.turbo_dispatched:
-            log_once(
-                "turbotrain: training batches stay as the collator made them (padding-free left them padded, label "
-                "rows are found in the model): accelerate dispatches an IterableDataset's batches, concatenating and "
-                "slicing them along their first dimension, which packed rows and their sequence index cannot take; "
-                "TrainingArguments(accelerator_config={'dispatch_batches': False}) lets each process build its own",
-                logging.WARNING,
-            )
-            return None
         collator = report.collator(inner, StepPlace(self.args.device, in_trainer_loop=not self.backend.owns_loop))
         return None if collator is inner else collator
+
+    def _turbo_dispatched(self) -> bool:
+        """Whether accelerate dispatches the training batches, where the passes' collator steps stay out (said once)."""
+        if not dispatched_batches(self.accelerator, self.train_dataset):
+            return False
+        log_once(
+            "turbotrain: training batches stay as the collator made them (padding-free left them padded, label "
+            "rows are found in the model): accelerate dispatches an IterableDataset's batches, concatenating and "
+            "slicing them along their first dimension, which packed rows and their sequence index cannot take; "
+            "TrainingArguments(accelerator_config={'dispatch_batches': False}) lets each process build its own",
+            logging.WARNING,
+        )
+        return True
 
     def get_train_dataloader(self):
         user_collator = self.data_collator
         own_loss = type(self).compute_loss is Trainer.compute_loss and getattr(self, "compute_loss_func", None) is None
         if self.turbo_options.max_tokens_per_batch is not None:
             token_budget.require_map_style(self.train_dataset)
+        self.turbo_dispatched = self._turbo_dispatched()
         try:  # innermost, before the passes' steps: a bad batch named in one line (batch_checks.py)
             self.data_collator = batch_checks.checked_collator(user_collator, self.model, own_loss)
-            self.data_collator = self._turbo_train_collator() or self.data_collator
+            if not self.turbo_dispatched:
+                self.data_collator = self._turbo_train_collator() or self.data_collator
             return super().get_train_dataloader()
         finally:
             self.data_collator = user_collator

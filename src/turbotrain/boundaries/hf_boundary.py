@@ -104,6 +104,12 @@ def missing_loop_parts() -> list[str]:
     return [name for name in LOOP_PARTS if not callable(getattr(Trainer, name, None))]
 
 
+def counts_input_tokens_by_hook() -> bool:
+    """Whether Trainer counts `num_input_tokens_seen` in an overridable method (`_track_num_input_tokens`, 5.3 and
+    later; `TrainerBoundary` hands it the padded batch's count) rather than inline in its loop."""
+    return callable(getattr(Trainer, "_track_num_input_tokens", None))
+
+
 def attention_implementation(config) -> str | None:
     """The attention implementation the model was built with ("sdpa", "eager", "flash_attention_2"...)."""
     return getattr(config, "_attn_implementation", None)

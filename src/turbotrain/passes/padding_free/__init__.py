@@ -30,7 +30,9 @@ Trainer features that draw random numbers per padded position step padding-free 
 line, named in the summary; `trainer_refusal`): NEFTune (`neftune_noise_alpha`) adds uniform noise of scale
 `alpha / sqrt(L * d)` to the embeddings, with L the batch's padded length, drawn in the batch's shape, and
 Trainer adds its hook in `train()`, after the passes: a packed row's L (the whole batch's tokens) made the noise
-0.45x stock's at batch 8, and no option packs anyway. Losses with NEFTune equal stock's step by step.
+0.45x stock's at batch 8, and no option packs anyway. Losses with NEFTune equal stock's step by step. So does
+`include_num_input_tokens_seen` on Transformers < 5.3, which counts the tokens inline in its loop on the batch as
+packed (from 5.3 the trainer hands its hook the padded batch's count: `turbo_count_inputs`).
 
 Refused (one warning, the model trains padded): PEFT prompt learning (`modeling.prompt_learning`: PEFT drops the
 restarting `position_ids`), decoder sequence classification (it pools the last non-pad token of each padded row),
@@ -368,6 +370,13 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
         return (
             f"neftune_noise_alpha={alpha}: NEFTune draws its noise in the padded batch's shape, scaled by "
             "alpha / sqrt(length x width), so packed rows would get other and weaker noise than stock"
+        )
+    counted = getattr(trainer.args, "include_num_input_tokens_seen", "no")
+    if counted not in ("no", False, None) and not hf_boundary.counts_input_tokens_by_hook():
+        logger.info("turbotrain: padding-free steps aside: this Trainer counts input tokens on the batch as packed")
+        return (
+            f"include_num_input_tokens_seen={counted!r}: this Transformers release counts the tokens inside its "
+            "loop on the batch as packed (5.3 and later count the padded batch, as stock)"
         )
     if facts.sums_tokens or facts.packs_scored_calls:  # the latter packed inside each call (scored_calls.py)
         return None
