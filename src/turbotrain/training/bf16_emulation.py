@@ -66,7 +66,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from turbotrain.boundaries.torch_boundary import run_backward, tensor_version, view_base
-from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model
+from turbotrain.utils.cpu import BF16_UNITS, cpu_model, matmul_flags
 
 BF16 = torch.bfloat16
 SETTINGS = ("auto", "on", "off")
@@ -411,8 +411,8 @@ def probe(rows: int = 128, hidden: int = 256, out: int = 2048, repeats: int = 3)
 
 
 def has_bf16_units(flags: frozenset[str] | None = None) -> bool:
-    flags = cpu_flags() if flags is None else flags
-    return any(flag in flags for flag in BF16_UNITS)
+    """Whether oneDNN can run bf16 matmuls on units (utils/cpu.py: the flags, under `ONEDNN_MAX_CPU_ISA`)."""
+    return any(flag in BF16_UNITS for flag in matmul_flags(flags))
 
 
 def decide(setting: str, flags: frozenset[str] | None = None, measure=probe) -> tuple[bool, Probe | None]:

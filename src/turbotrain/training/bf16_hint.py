@@ -22,7 +22,7 @@ import torch
 
 from turbotrain.measure.peak import matmul_peak
 from turbotrain.utils.cache import digest, read_entry, write_entry
-from turbotrain.utils.cpu import BF16_UNITS, cpu_flags, cpu_model, matmul_flags
+from turbotrain.utils.cpu import BF16_UNITS, cpu_model, matmul_flags
 
 CACHE_FILE = "bf16_probe.json"
 
@@ -60,8 +60,7 @@ def bf16_hint(
     flags: frozenset[str] | None = None, measure: Callable[[], tuple[float, float, float]] = measured_bf16_speedup
 ) -> str:
     """The line to log for an fp32 CPU run (flags and the measurement injectable for tests)."""
-    flags = cpu_flags() if flags is None else flags
-    units = [flag for flag in BF16_UNITS if flag in flags]
+    units = [flag for flag in matmul_flags(flags) if flag in BF16_UNITS]  # under oneDNN's ISA cap
     if not units:
         return (
             f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16): "
@@ -95,7 +94,6 @@ def bf16_autocast_pays(flags: frozenset[str] | None = None, cuda_bf16: bool | No
         cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
     if cuda_bf16:
         return True, "CUDA device supports bf16"
-    flags = cpu_flags() if flags is None else flags
-    if "amx_bf16" in flags:
+    if "amx_bf16" in matmul_flags(flags):  # under oneDNN's ISA cap
         return True, "CPU has amx_bf16"
     return False, f"CPU has no amx_bf16 ({cpu_model()})"
