@@ -11,8 +11,9 @@ turbotrain printed (what it changed, what it left alone and why).
 * `peft-lora`, `peft-lora-bf16`: a PEFT LoRA notebook's flow with the two names swapped (`TurboTrainer`,
   `TurboTrainingArguments`): a word-level tokenizer trained here, `Dataset.map` tokenizing with truncation,
   `DataCollatorForLanguageModeling(mlm=False)`, `gradient_checkpointing_enable()` and `enable_input_require_grads()`,
-  `get_peft_model` with LoRA r=16 on every projection; Llama-3.2-1B's hidden and head layout (2048, 32 heads,
-  8 KV heads, rope theta 500,000, tied) at 2 layers, batch 4 of 5-120 words; fp32 or bf16 autocast (`use_cpu`).
+  `get_peft_model` with LoRA r=16 on every projection; Llama-3.2-1B's published config (bench/shapes.py: hidden
+  2048, 32 heads, 8 KV heads, llama3 RoPE scaling, tied) at 2 layers, batch 4 of 5-120 words; fp32 or bf16
+  autocast (`use_cpu`).
 
 Each run is a child process with a turbotrain cache of its own under `--work`. Pass: every logged loss within
 `--tolerance` (relative; bf16 flows 2e-2) of stock's. No network: nothing is downloaded.
@@ -100,7 +101,9 @@ def train_peft_notebook(out: Path, turbo: bool, bf16: bool, steps: int) -> dict:
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-    from transformers import DataCollatorForLanguageModeling, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import DataCollatorForLanguageModeling, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    from turbotrain.bench.shapes import shape_config
 
     if turbo:
         from turbotrain import TurboTrainer as Trainer
@@ -113,21 +116,11 @@ def train_peft_notebook(out: Path, turbo: bool, bf16: bool, steps: int) -> dict:
     lines = [" ".join(rng.choices(words, k=rng.randint(5, 120))) for _ in range(200)]
     word_level = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     word_level.pre_tokenizer = pre_tokenizers.Whitespace()
-    special = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
+    special = ["[BOS]", "[PAD]", "[EOS]", "[UNK]"]  # the ids bench/shapes.py gives every published shape
     word_level.train_from_iterator(lines, trainers.WordLevelTrainer(special_tokens=special))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=word_level, **dict(zip(SPECIAL_NAMES, special, strict=True)))
-    config = LlamaConfig(  # Llama-3.2-1B's hidden and head layout at 2 layers
-        vocab_size=len(tokenizer),
-        hidden_size=2048,
-        intermediate_size=8192,
-        num_hidden_layers=2,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        max_position_embeddings=512,
-        rope_theta=500000.0,
-        tie_word_embeddings=True,
-        pad_token_id=0,
-    )
+    layers = {"num_hidden_layers": 2, "vocab_size": len(tokenizer)}  # Llama-3.2-1B's published config at 2 layers
+    config = shape_config("llama3.2-1b", seq_len=512, overrides=layers, untied=False, dropout=0.0)
     model = LlamaForCausalLM(config)
     model.config.use_cache = False
     model.gradient_checkpointing_enable()
@@ -148,7 +141,7 @@ def train_peft_notebook(out: Path, turbo: bool, bf16: bool, steps: int) -> dict:
 
 
 QUIET = dict(logging_steps=1, save_strategy="no", report_to=[], seed=0, use_cpu=True, dataloader_num_workers=0)
-SPECIAL_NAMES = ("pad_token", "unk_token", "bos_token", "eos_token")
+SPECIAL_NAMES = ("bos_token", "pad_token", "eos_token", "unk_token")
 
 
 def history(trainer) -> dict:
