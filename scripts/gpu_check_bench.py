@@ -334,10 +334,10 @@ def make_trainer(task, peer, model, examples, output_dir, device, quick, sizes: 
     data = [{k: v for k, v in e.items() if k != "prompt"} for e in examples]
     if peer == "turbotrain (onnxruntime)":  # the real-shape section's backend peer
         kw["backend"] = "onnxruntime"
+    if peer.endswith("torch_compile"):  # Trainer's own torch.compile; turbotrain's auto steps aside under it
+        kw.update(torch_compile=True, torch_compile_backend="eager" if quick else "inductor")
     if peer.startswith("turbotrain"):
         return TurboTrainer(model=model, args=TurboTrainingArguments(**kw), train_dataset=data, data_collator=counting)
-    if peer == "torch_compile":
-        kw.update(torch_compile=True, torch_compile_backend="eager" if quick else "inductor")
     if peer == "liger":
         kw.update(use_liger_kernel=True)
     return Trainer(model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=counting)

@@ -10,7 +10,9 @@ nothing downloaded): for each of `qwen2.5-0.5b` (batch 8) and `llama3.2-1b` (bat
 Peers (scripts/gpu_check_bench.py builds the Trainer ones as a user writes them): `stock (sdpa)`, `turbotrain`,
 `stock + flattening`, `liger`, `trl defaults` (SFTTrainer / DPOTrainer with their config's defaults: gradient
 checkpointing on, TRL >= 1.15's fused LM head on GPUs), `trl defaults + turbotrain` (turbo(SFTTrainer)),
-`stock (flash_attention_2)`, `turbotrain (onnxruntime)`, `torch_compile`; DPO: `trl defaults` is its stock,
+`stock (flash_attention_2)`, `turbotrain (onnxruntime)`, `torch_compile` (Trainer's own), `turbotrain +
+torch_compile` (TurboTrainer under Trainer's torch.compile: auto steps aside, the passes run inside the compiled
+model); DPO: `trl defaults` is its stock,
 beside `turbotrain` (turbo(DPOTrainer), same config) and `liger`. A peer that needs what is not installed is a
 row saying why. Every round trains each peer from the same weights on the same batches (A B C A B C ...),
 `warmup` untimed steps then `steps` timed. `--quick` (CPU): 2 rounds, QUICK_CONFIG's 2 layers of hidden 64.
@@ -21,9 +23,9 @@ peak (H100/H200 SXM 989.4 TFLOP/s; else a measured bf16 matmul), peak memory (th
 against stock at every step of every round: a row FAILs above 2e-2 relative (bf16; 1e-3 in fp32 on a CPU).
 
 Time: rows are planned in priority order (stock and turbotrain of every workload, the fastest peers of the
-2026-12-04 H200 run next, torch_compile last) while their estimates fit `--budget-s`; the rest are listed as
+2026-12-04 H200 run next, the torch_compile pair last) while their estimates fit `--budget-s`; the rest are listed as
 skipped with their estimate. A row's estimate: rounds x (SETUP_S + (warmup + steps) x the step's FLOPs over
-EST_MFU of the peak) (+ COMPILE_S per round for torch_compile, + EXPORT_S for onnxruntime), the step's FLOPs from
+EST_MFU of the peak) (+ COMPILE_S per round for the torch_compile pair, + EXPORT_S for onnxruntime), the step's FLOPs from
 the generated batches. EST_MFU 3% is the H200 run's stock SFT at its 8-layer check shape (0.7%, the head over a
 152k vocabulary most of the step) scaled by the published shapes' 3x deeper body; it is a guess, so every row
 reports its estimate beside its measured seconds. The default budget, 330 s, leaves room for two runs in 15
@@ -68,7 +70,9 @@ SFT_PEERS = (
     "stock (flash_attention_2)",
     "turbotrain (onnxruntime)",
     "torch_compile",
+    "turbotrain + torch_compile",
 )
+COMPILES = ("torch_compile", "turbotrain + torch_compile")  # planned last: each round compiles
 DPO_PEERS = ("trl defaults", "turbotrain", "liger")
 FIRST = ("stock (sdpa)", "turbotrain")  # then the 2026-12-04 run's fastest SFT peers, then TRL's, compiles last
 LARGE_WHEEL = "its wheel is too large to carry to a GPU machine without a package index (64 MiB per call)"
@@ -94,7 +98,7 @@ def plan(shapes=SHAPES) -> list[tuple[Workload, str]]:
     """(workload, peer) in priority order: every workload's stock and turbotrain, then the peers by the
     2026-12-04 run's speed, then torch_compile."""
     workloads = [Workload(shape, kind) for shape in shapes for kind in KINDS]
-    order = [p for p in SFT_PEERS if p not in FIRST and p != "torch_compile"] + ["torch_compile"]
+    order = [p for p in SFT_PEERS if p not in FIRST and p not in COMPILES] + list(COMPILES)
     first = [(w, p) for w in workloads for p in w.peers() if p in FIRST or p == w.stock()]
     return first + [(w, p) for p in order for w in workloads if p in w.peers() and (w, p) not in first]
 
@@ -174,7 +178,7 @@ def build_examples(workload: Workload, quick: bool, vocab: int) -> list[dict]:
 def estimate_s(workload: Workload, peer: str, quick: bool, peak: float, rounds: int) -> float:
     """Seconds `peer` needs for `rounds` rounds of `workload` (the module docstring's formula)."""
     s = sizes(workload, quick)
-    extra = COMPILE_S if peer == "torch_compile" else EXPORT_S if "onnxruntime" in peer else 0.0
+    extra = COMPILE_S if peer in COMPILES else EXPORT_S if "onnxruntime" in peer else 0.0
     return rounds * (SETUP_S + extra + (s.warmup + s.steps) * _step_s(workload, quick, peak))
 
 
