@@ -99,13 +99,16 @@ def test_accelerate_launch_m_turbotrain_runs_every_process_with_turbotrain(tmp_p
     env = {**os.environ, "TURBOTRAIN_OPTIONS": '{"backend": "eager"}', "OMP_NUM_THREADS": "1"}
     command = [str(accelerate), "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1"]
     command += ["--mixed_precision", "no", "--dynamo_backend", "no", "-m", "turbotrain", str(script), str(tmp_path)]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     rank_files = [tmp_path / f"rank{r}.json" for r in (0, 1)]
-    if aborted_at_exit(done.returncode, done.stderr, finished=all(f.exists() for f in rank_files)):
+    aborts = []  # torch's gloo teardown can abort a finished rank at exit (stock too): up to 3 launches, all shown
+    for _ in range(3):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        if not aborted_at_exit(done.returncode, done.stderr, finished=all(f.exists() for f in rank_files)):
+            break
+        aborts.append(done.stderr[-1500:])
         for f in rank_files:
             f.unlink()
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, "\n--- launched again ---\n".join([*aborts, done.stderr[-3000:]])
     ranks = [json.loads(f.read_text()) for f in rank_files]
     for seen in ranks:
         assert seen["world"] == 2 and seen["trainer"] == "TurboTrainer" and seen["backend"] == "eager"
