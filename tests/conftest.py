@@ -84,3 +84,10 @@ def skip_missing_requirements(items: list) -> None:
 def fresh_warnings():
     turbotrain_warnings._already_warned.clear()
     yield
+
+
+@pytest.fixture(autouse=True)
+def no_onednn_cap(monkeypatch):
+    """Tests read the CPU's own bf16 units: a shell's oneDNN ISA cap (utils/cpu.py) would hide them from them."""
+    for name in ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"):
+        monkeypatch.delenv(name, raising=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import transformers
 from packaging import version
@@ -18,6 +20,8 @@ from tests.trainer_helpers import (
 from turbotrain import TurboTrainer, TurboTrainingArguments
 from turbotrain.boundaries import hf_boundary
 from turbotrain.passes.padding_free.packing import SEQUENCE_STARTS
+from turbotrain.passes.registry import TrainerFacts
+from turbotrain.utils.batch_keys import PADDED_MASK
 
 
 def run(trainer_class, args_class, family, task, tmp_path, dropout=False, **overrides):
@@ -38,6 +42,22 @@ def test_golden_losses_packed_match_stock_dynamic_padding(family, task, tmp_path
     assert "padding_free" in turbo.turbo_report.applied
     assert_losses_close(train_losses(turbo), stock)
     assert len(set(stock)) == len(stock)
+
+
+@pytest.mark.parametrize(
+    "facts, refused", [(TrainerFacts(), True), (TrainerFacts(False, packs_scored_calls=True), False)]
+)
+def test_a_release_counting_tokens_inline_keeps_collator_packed_batches_padded(monkeypatch, facts, refused):
+    # Transformers < 5.3 counts num_input_tokens_seen in its loop on the batch it was handed: a batch the collator
+    # packed would be counted packed; a trainer packing inside its calls (DPO...) hands Trainer padded batches
+    from turbotrain.passes.padding_free import trainer_refusal
+
+    monkeypatch.setattr(hf_boundary, "counts_input_tokens_by_hook", lambda: False)
+    trainer = SimpleNamespace(args=SimpleNamespace(neftune_noise_alpha=None, include_num_input_tokens_seen="all"))
+    reason = trainer_refusal(trainer, facts)
+    assert (reason is not None and "counts the tokens inside its loop" in reason) == refused
+    trainer.args.include_num_input_tokens_seen = "no"
+    assert trainer_refusal(trainer, facts) is None
 
 
 def iterable_run(trainer_class, args_class, tmp_path, **overrides):
@@ -80,6 +100,9 @@ def test_tokens_seen_and_total_flos_are_counted_as_stock_counts_them(counted, tm
         assert "padding_free" in runs[1].turbo_report.applied
     else:  # older releases count inline in the loop, on the batch as packed: padding-free steps aside
         assert "padding_free (include_num_input_tokens_seen=" in runs[1].turbo_summary()
+    batch = next(iter(runs[1].get_train_dataloader()))
+    if hf_boundary.counts_input_tokens_by_hook():  # the batches were packed: fewer positions than the padded mask's
+        assert batch["input_ids"].numel() < batch[PADDED_MASK].numel()
     stock, turbo = ([e["num_input_tokens_seen"] for e in t.state.log_history if "loss" in e] for t in runs)
     assert turbo == stock and len(set(stock)) == 4
     assert runs[1].state.total_flos == runs[0].state.total_flos > 0

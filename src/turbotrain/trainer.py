@@ -42,6 +42,7 @@ import importlib.metadata
 import logging
 
 import torch
+from accelerate.utils import DistributedType
 from torch import nn
 from transformers import Seq2SeqTrainer, Trainer
 from transformers.training_args import OptimizerNames
@@ -124,8 +125,9 @@ def dispatched_batches(accelerator, dataset) -> bool:
     """Whether accelerate will dispatch the training batches (process 0 fetches one per process, concatenates and
     slices them on their first dimension): asked for, or by default for a torch IterableDataset placed on device."""
     dispatch = accelerator.dispatch_batches
-    if dispatch is None:
-        dispatch = accelerator.device_placement and isinstance(dataset, torch.utils.data.IterableDataset)
+    if dispatch is None:  # accelerate's own default (Accelerator.prepare_data_loader: no placement under torch_xla)
+        placed = accelerator.device_placement and accelerator.distributed_type != DistributedType.XLA
+        dispatch = placed and isinstance(dataset, torch.utils.data.IterableDataset)
     return bool(dispatch)
 
 
@@ -301,8 +303,8 @@ class TurboMixin(TrainerBoundary):
         mask in the main input's place, so "all" counts padded tokens, "non_padding" real ones, as stock)."""
         if PADDED_MASK not in inputs:
             return inputs
-        mask = inputs[PADDED_MASK]
-        return {getattr(self.model, "main_input_name", "input_ids"): mask, "attention_mask": mask}
+        mask, name = inputs[PADDED_MASK], getattr(self.model, "main_input_name", "input_ids")
+        return {**({name: mask} if name in inputs else {}), "attention_mask": mask}  # stock counts none without it
 
     def floating_point_ops(self, inputs: dict) -> int:
         """Trainer's estimate (6 x main input's tokens x parameters) on the padded inputs, as stock's `total_flos`."""

@@ -17,7 +17,7 @@ from rich.table import Table
 
 import turbotrain
 from turbotrain.bench.workload import UNIT_KEYS
-from turbotrain.utils.cpu import cpu_model, matmul_flags
+from turbotrain.utils.cpu import cap_note, cpu_model, matmul_flags
 from turbotrain.utils.plotting import is_matplotlib_available
 from turbotrain.utils.run_folder import RunFolder
 
@@ -56,7 +56,7 @@ def environment() -> dict:
         "date": datetime.date.today().isoformat(),
         "cpu": cpu_model(),
         "cpu_cores": os.cpu_count(),
-        "cpu_flags": " ".join(matmul_flags()) or "none of amx_bf16 avx512_bf16 amx_tile",
+        "cpu_flags": (" ".join(matmul_flags()) or "none of amx_bf16 avx512_bf16 amx_tile") + cap_note(),
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,

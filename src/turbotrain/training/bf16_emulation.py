@@ -66,7 +66,7 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from turbotrain.boundaries.torch_boundary import run_backward, tensor_version, view_base
-from turbotrain.utils.cpu import BF16_UNITS, cpu_model, matmul_flags
+from turbotrain.utils.cpu import BF16_UNITS, cap_note, cpu_model, matmul_flags
 
 BF16 = torch.bfloat16
 SETTINGS = ("auto", "on", "off")
@@ -434,7 +434,7 @@ def decision_line(on: bool, measured: Probe | None, setting: str = "auto") -> st
             f"turbotrain: bf16 matmuls {'emulated in fp32 GEMMs' if on else 'left to stock autocast'} as set "
             f"(bf16_emulation={setting!r}) on this CPU ({cpu_model()})."
         )
-    where = f"this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16)"
+    where = f"this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16){cap_note()}"
     speeds = (
         f"{measured.shape[0]}x{measured.shape[1]}x{measured.shape[2]} matmul: fp32 "
         f"{measured.gflops(measured.fp32):.0f} GFLOP/s, stock bf16 autocast {measured.gflops(measured.autocast_bf16):.0f}, "

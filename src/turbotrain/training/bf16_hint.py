@@ -22,7 +22,7 @@ import torch
 
 from turbotrain.measure.peak import matmul_peak
 from turbotrain.utils.cache import digest, read_entry, write_entry
-from turbotrain.utils.cpu import BF16_UNITS, cpu_model, matmul_flags
+from turbotrain.utils.cpu import BF16_UNITS, cap_note, cpu_model, matmul_flags
 
 CACHE_FILE = "bf16_probe.json"
 
@@ -63,7 +63,7 @@ def bf16_hint(
     units = [flag for flag in matmul_flags(flags) if flag in BF16_UNITS]  # under oneDNN's ISA cap
     if not units:
         return (
-            f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16): "
+            f"turbotrain: this CPU ({cpu_model()}) has no bf16 matmul units (no amx_bf16/avx512_bf16){cap_note()}: "
             "bf16 would be emulated and slower than fp32 here; fp32 is the fast path."
         )
     speedup, fp32, bf16 = measure()

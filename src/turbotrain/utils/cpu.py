@@ -65,6 +65,16 @@ def matmul_flags(flags: frozenset[str] | None = None) -> list[str]:
     return [flag for flag in usable if ONEDNN_ISAS.index(FLAG_ISA[flag]) <= ONEDNN_ISAS.index(cap)]
 
 
+def cap_note() -> str:
+    """' (oneDNN capped at X: it hides a, b)' where the cap hides matrix flags the CPU has, else ''."""
+    cap = onednn_isa_cap()
+    if cap is None:
+        return ""
+    usable = matmul_flags()
+    hidden = [flag for flag in MATMUL_FLAGS if flag in cpu_flags() and flag not in usable]
+    return f" (oneDNN capped at {cap} by ONEDNN_MAX_CPU_ISA: it hides {', '.join(hidden)})" if hidden else ""
+
+
 def onednn_isa_cap() -> str | None:
     """The highest ISA oneDNN is allowed (`ONEDNN_MAX_CPU_ISA`, else `DNNL_MAX_CPU_ISA`), or None: none set, `ALL`,
     or a name not known here."""

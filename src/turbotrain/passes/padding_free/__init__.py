@@ -371,14 +371,9 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
             f"neftune_noise_alpha={alpha}: NEFTune draws its noise in the padded batch's shape, scaled by "
             "alpha / sqrt(length x width), so packed rows would get other and weaker noise than stock"
         )
-    counted = getattr(trainer.args, "include_num_input_tokens_seen", "no")
-    if counted not in ("no", False, None) and not hf_boundary.counts_input_tokens_by_hook():
-        logger.info("turbotrain: padding-free steps aside: this Trainer counts input tokens on the batch as packed")
-        return (
-            f"include_num_input_tokens_seen={counted!r}: this Transformers release counts the tokens inside its "
-            "loop on the batch as packed (5.3 and later count the padded batch, as stock)"
-        )
-    if facts.sums_tokens or facts.packs_scored_calls:  # the latter packed inside each call (scored_calls.py)
+    if facts.sums_tokens:  # its batches are packed by the collator
+        return _counted_inline(trainer)
+    if facts.packs_scored_calls:  # packed inside each call (scored_calls.py): the batch Trainer sees stays padded
         return None
     name = type(trainer).__name__
     logger.info(
@@ -387,6 +382,19 @@ def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
         name,
     )
     return f"{name} computes its own loss, which may read rows"
+
+
+def _counted_inline(trainer) -> str | None:
+    """Why packed batches would change `num_input_tokens_seen`: a Transformers release (< 5.3) that counts it inline
+    in its loop on the batch as packed, where later ones call the hook the trainer answers with the padded count."""
+    counted = getattr(trainer.args, "include_num_input_tokens_seen", "no")
+    if counted in ("no", False, None) or hf_boundary.counts_input_tokens_by_hook():
+        return None
+    logger.info("turbotrain: padding-free steps aside: this Trainer counts input tokens on the batch as packed")
+    return (
+        f"include_num_input_tokens_seen={counted!r}: this Transformers release counts the tokens inside its loop on "
+        "the batch as packed (5.3 and later count the padded batch, as stock)"
+    )
 
 
 @register_pass(
