@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from turbotrain.utils.batch_keys import REAL_TOKENS
+from turbotrain.utils.batch_keys import PADDED_MASK
 from turbotrain.utils.imports import require
 
 TRL_PRIVATE_ATTRIBUTES = ("_total_train_tokens", "_metrics", "_tp_size")
@@ -102,14 +102,14 @@ def counts_tokens_from_mask(trainer_class: type) -> bool:
 
 class TrlTokenCount:
     """SFTTrainer's `num_tokens` metric (`attention_mask.sum()`, a packed batch's [R, 1, C, C] block mask there)
-    corrected to the real tokens the packer recorded (`REAL_TOKENS`). Placed before a trainer class whose
+    corrected to the real tokens of the padded mask the packer kept (`PADDED_MASK`). Placed before a trainer class whose
     `compute_loss` is SFTTrainer's own (`counts_tokens_from_mask`, `turbo()`), other classes keep theirs."""
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        mask, real = inputs.get("attention_mask"), inputs.get(REAL_TOKENS)
+        mask, padded = inputs.get("attention_mask"), inputs.get(PADDED_MASK)
         result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-        if real is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
-            difference = torch.as_tensor(real, device=mask.device) - mask.sum()
+        if padded is not None and mask is not None and self.model.training and hasattr(self, "_total_train_tokens"):
+            difference = padded.to(mask.device).sum() - mask.sum()
             total = self.accelerator.gather_for_metrics(difference.reshape(1)).sum().item()
             self._total_train_tokens += total // getattr(self, "_tp_size", 1)
             self._metrics["train"]["num_tokens"] = [self._total_train_tokens]

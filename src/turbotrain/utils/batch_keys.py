@@ -9,8 +9,8 @@ collator step adds (`PassSpec.batch_keys`, passes/registry.py) and its model hoo
   `SEQUENCE_STARTS` [B]: each sequence's first token as an index into the flattened [R * C] rows;
   `PADDED_LABELS` [B, L]: the padded labels, on which Trainer counts `num_items_in_batch` as stock would;
   `PADDED_MASK` [B, L]: the padded batch's attention mask, on which Trainer counts `num_input_tokens_seen` as
-  stock would (padded tokens for "all", real ones for "non_padding");
-  `REAL_TOKENS` []: the number of real tokens, for trainers that count tokens from the mask (TRL);
+  stock would (padded tokens for "all", real ones for "non_padding"), as do trainers that count tokens from the
+  mask (TRL's SFT: its sum is the real tokens);
   `SEGMENTS` [R, C]: which sequence each token belongs to (a row's tail its own segment);
   `PACKED_SEQUENCES`: the real tokens by sequence length (passes/padding_free/packed_sequences.py), what
   packed attention reads.
@@ -28,10 +28,9 @@ IGNORE_INDEX = -100
 SEQUENCE_STARTS = "turbotrain_sequence_starts"
 PADDED_LABELS = "turbotrain_padded_labels"
 PADDED_MASK = "turbotrain_padded_mask"
-REAL_TOKENS = "turbotrain_real_tokens"
 SEGMENTS = "turbotrain_segments"
 PACKED_SEQUENCES = "turbotrain_packed_sequences"
-PACKING_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, PADDED_MASK, REAL_TOKENS, SEGMENTS, PACKED_SEQUENCES)
+PACKING_KEYS = (SEQUENCE_STARTS, PADDED_LABELS, PADDED_MASK, SEGMENTS, PACKED_SEQUENCES)
 
 LABEL_ROWS = "turbotrain_label_rows"
 LABEL_TARGETS = "turbotrain_label_targets"

@@ -40,8 +40,8 @@ rows of that many tokens (at least the longest sequence), "longest" as the other
   very labels stock would see (its rule depends on the model's `loss_type`).
 * `turbotrain_segments` [R, C]: which sequence (batch index) each token belongs to; the tail of row r
   is its own segment B + r;
-* `turbotrain_real_tokens`: the number of real tokens (what the padded attention mask sums to), for
-  trainers that count tokens from the mask (TRL's `num_tokens` metric).
+* `turbotrain_padded_mask` [B, L]: the padded attention mask, on which Trainer counts `num_input_tokens_seen`
+  and `total_flos` as stock does, and trainers that count tokens from the mask count them (TRL's `num_tokens`).
 The `turbotrain_` keys are removed by the model-side hook before the model runs.
 
 Waste: only each row's tail, under one sequence per row; stock dynamic padding wastes
@@ -64,7 +64,6 @@ from turbotrain.utils.batch_keys import (
     IGNORE_INDEX,
     PADDED_LABELS,
     PADDED_MASK,
-    REAL_TOKENS,
     SEGMENTS,
     SEQUENCE_STARTS,
 )
@@ -167,7 +166,6 @@ def pack_batch(batch: dict, spec: PackingSpec, min_capacity: int = 0) -> dict:
         packed.update(sequence_metadata(segments, lengths, starts))
     packed[SEGMENTS] = segments
     packed[SEQUENCE_STARTS] = starts
-    packed[REAL_TOKENS] = lengths.sum()
     packed[PADDED_MASK] = batch["attention_mask"]
     return packed
 
