@@ -14,12 +14,13 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 from transformers import BertConfig, BertForSequenceClassification
 
+from turbotrain.bench.workload import check_bounds
 from turbotrain.pretrain.shape import ModelShape
 from turbotrain.utils.run_folder import RunFolder
 
@@ -39,8 +40,13 @@ class OnDeviceBench(ModelShape):
     trainable: tuple[str, ...] = ("classifier.", "bert.pooler.")
     rounds: int = 3
     steps: int = 20
-    warmup: int = 3
+    warmup: int = field(default=3, metadata={"min": 0})
     out: str = "bench-ondevice"
+
+    def __post_init__(self):
+        check_bounds(self)  # before any export or training: a bad count is one line naming its flag
+        if not self.trainable:
+            raise ValueError("--trainable needs at least one parameter-name prefix")
 
     def model(self) -> BertForSequenceClassification:
         torch.manual_seed(self.seed)

@@ -54,6 +54,8 @@ def profile_onnxruntime(
     console: Console | None = None,
     overwrite: bool = False,
 ) -> dict[str, float]:
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"--steps must be a positive whole number, got {steps}")
     console = console or Console()
     replacing = PROFILE_RUN.claim(out_dir, overwrite)  # an earlier profile: refused before any training
     if replacing:

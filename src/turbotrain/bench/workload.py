@@ -25,6 +25,7 @@ with defaults; `command()` is the `turbotrain bench` line that reproduces the wo
 
 from __future__ import annotations
 
+import typing
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import Any, ClassVar, Protocol
 
@@ -52,6 +53,48 @@ def register_workload(*tasks: str):
 def flag_of(name: str) -> str:
     """The command-line flag of a workload field: `num_layers` -> `--layers`, `seq_len` -> `--seq-len`."""
     return "--" + FLAG_NAMES.get(name, name).replace("_", "-")
+
+
+ANY_INT = ("seed",)  # int fields that take any value; every other count is >= 1 unless its metadata says "min"
+FRACTIONS = ("dropout",)  # float fields in [0, 1)
+
+
+def _bad_count(name: str, value: Any, low: int) -> str | None:
+    values = value if isinstance(value, tuple) else (value,)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= low for v in values):
+        return None
+    what = "a positive whole number" if low == 1 else f"a whole number >= {low}"
+    return f"{flag_of(name)} must be {what}{' each' if isinstance(value, tuple) else ''}, got {_shown(value)}"
+
+
+def _shown(value: Any) -> str:
+    return " ".join(map(str, value)) if isinstance(value, tuple) else str(value)
+
+
+def check_bounds(workload: Any) -> None:
+    """Raise ValueError naming the flag for the first count below its least value (1, or the field's "min"
+    metadata: `warmup` takes 0), fraction outside [0, 1), or hidden size that the heads do not divide; None
+    (the task's default) is left alone."""
+    hints = typing.get_type_hints(type(workload))
+    for f in fields(workload):
+        value = getattr(workload, f.name)
+        if value is None or f.name in ANY_INT:
+            continue
+        if f.name in FRACTIONS:
+            if not (isinstance(value, (int, float)) and 0 <= value < 1):
+                raise ValueError(f"{flag_of(f.name)} must be in [0, 1), got {value}")
+        elif _counts_in(hints[f.name]):
+            problem = _bad_count(f.name, value, f.metadata.get("min", 1))
+            if problem:
+                raise ValueError(problem)
+    hidden, heads = getattr(workload, "hidden_size", None), getattr(workload, "num_heads", None)
+    if hidden is not None and heads is not None and hidden % heads:
+        raise ValueError(f"--hidden-size ({hidden}) must be a multiple of --heads ({heads})")
+
+
+def _counts_in(annotation: Any) -> bool:
+    """Whether a field annotated so holds whole numbers: int, int | None, tuple[int, ...]."""
+    return annotation is int or int in typing.get_args(annotation)
 
 
 @dataclass
@@ -109,7 +152,7 @@ class Schedule:
     task: str = ""
     rounds: int = field(default=3, metadata={"help": "rounds of every peer, interleaved"})
     steps: int = field(default=5, metadata={"help": "measured steps per round and peer"})
-    warmup: int = field(default=1, metadata={"help": "unmeasured steps at the start of each round"})
+    warmup: int = field(default=1, metadata={"help": "unmeasured steps at the start of each round", "min": 0})
     isolate: bool = field(
         default=False, metadata={"help": "run each peer's segment in a process of its own (bench/isolated.py)"}
     )
@@ -122,8 +165,7 @@ class Schedule:
 
     def __post_init__(self):
         self.peers = tuple(self.peers)
-        if self.rounds < 1 or self.steps < 1 or self.warmup < 0:
-            raise ValueError("rounds and steps must be >= 1, warmup >= 0")
+        check_bounds(self)
         if not self.peers:
             raise ValueError("no peers to run")
 
