@@ -5,6 +5,7 @@ An OUT_DIR holding an earlier export (`*.onnx`) is refused before anything is lo
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from rich.console import Console
@@ -41,6 +42,8 @@ def run_export(
     console: Console | None = None,
     overwrite: bool = False,
 ) -> int:
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
+        raise ValueError(f"--tolerance must be a finite number above 0 (the largest accepted difference), got {tolerance}")
     console = console or Console()
     check_target(out_dir)  # refuse a folder the export may not replace before loading anything
     replacing = EXPORT_RUN.claim(out_dir, overwrite)  # and an earlier export, unless --overwrite
