@@ -42,9 +42,9 @@ def run_export(
     console: Console | None = None,
     overwrite: bool = False,
 ) -> int:
-    if tolerance is not None and not (math.isfinite(tolerance) and tolerance > 0):
+    if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):  # 0: bit for bit
         raise ValueError(
-            f"--tolerance must be a finite number above 0 (the largest accepted difference), got {tolerance}"
+            f"--tolerance must be a finite number >= 0 (the largest accepted difference), got {tolerance}"
         )
     console = console or Console()
     check_target(out_dir)  # refuse a folder the export may not replace before loading anything
