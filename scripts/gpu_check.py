@@ -17,7 +17,7 @@ Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each 
   realshape Qwen2.5-0.5B and Llama-3.2-1B shapes: SFT full and LoRA, DPO; 3 interleaved rounds, medians (not
             in the default sections: `--only realshape`, its own default budget of 330 s)
 Time: `--budget-s` (default 450 on CUDA: under 8 minutes on one H200 with the start-up) bounds the whole run;
-the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
+the child processes (xla, the sharded engines) get at most what is left of it (skipped under 30 s); the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
 would start too late is listed as skipped, never cut off midway. Offline: models from configs, data made
 here, no download (HF_HUB_OFFLINE is set). What the device image lacks travels as wheels:
 scripts/gpu_wheels.sh (docs/gpu.md). Exit status 1 if a parity, sync or backend row FAILs or a row ERRORs.
@@ -57,6 +57,10 @@ class Deadline:
 
     def left(self) -> float:
         return self.end - time.monotonic()
+
+    def cap(self, seconds: float) -> float:
+        """A child process's time limit: `seconds`, or what is left of the budget where that is less (>= 0)."""
+        return max(min(seconds, self.left()), 0.0)
 
 
 def markdown(rows: list[dict], columns: list[str] | None = None) -> str:
@@ -204,7 +208,7 @@ def run(
         checked += rows
         parts.append("## Host syncs in the step\n\n" + markdown(rows))
     if "backends" in sections:
-        rows = parity.backend_parity(device, quick)
+        rows = parity.backend_parity(device, quick, xla_timeout_s=deadline.cap(240.0))
         checked += rows
         parts.append("## Backends against eager\n\n" + markdown(rows))
     if "kernels" in sections:
@@ -216,7 +220,7 @@ def run(
     if "sharded" in sections:
         from scripts.gpu_check_sharded import sharded_rows
 
-        rows = sharded_rows(device)
+        rows = sharded_rows(device, deadline.cap)
         checked += rows
         parts.append("## Sharded engines against stock under the same engine (fp32)\n\n" + markdown(rows))
     bench: list[dict] = []

@@ -1,8 +1,8 @@
 """The device check's "kernels" section: packed attention's exact kernels timed on one packed batch at published
 attention layouts, and the kernel the measured choice takes (passes/padding_free/kernel_choice.py).
 
-Per shape (Qwen2.5-0.5B: 14 query heads, 2 KV heads of 64; Llama-3.2-1B: 32 and 8 of 64, their published
-configs), one batch of chat-like lengths (seeded log-normal draw: median ~500 tokens, tail to 4,096, as many
+Per shape (Qwen2.5-0.5B: 14 query heads, 2 KV heads of 64; Llama-3.2-1B: 32 and 8 of 64; Llama-2-7B: 32 and 32
+of 128, no GQA; their published configs), one batch of chat-like lengths (seeded log-normal draw: median ~500 tokens, tail to 4,096, as many
 sequences as fit 16,384 tokens) packed into one row, bf16 on CUDA, causal, random query/key/value. Each kernel that
 can take the call runs it forward and backward (kernel_choice.timed_kernels: one warm-up, median of 3, CUDA
 synchronised; a kernel that disagrees with per_length is dropped with a warning). `row_mask` is what stock +
@@ -18,7 +18,9 @@ import math
 
 import torch
 
-LAYOUTS = {"qwen2.5-0.5b": (14, 2, 64), "llama-3.2-1b": (32, 8, 64)}  # query heads, KV heads, head dim
+# query heads, KV heads, head dim (published configs); Llama-2-7B has no GQA: the layout every varlen kernel takes on
+# any torch (torch_varlen takes GQA from torch 2.13 on, which a GPU machine's image may not have)
+LAYOUTS = {"qwen2.5-0.5b": (14, 2, 64), "llama-3.2-1b": (32, 8, 64), "llama-2-7b": (32, 32, 128)}
 TOKENS, MEDIAN, LONGEST = 16384, 500, 4096
 QUICK = (256, 24, 64)
 SLACK = 1.05
@@ -75,12 +77,12 @@ def kernel_rows(device: torch.device, quick: bool, lengths_given: tuple[int, int
     for shape, layout in LAYOUTS.items():
         lengths = chat_lengths(tokens, median, longest)
         call = packed_call(layout, lengths, device, dtype)
-        names = attention_kernels.applicable(call, kernel_choice._failed)
+        names = attention_kernels.applicable(call, kernel_choice.failed_for(call))
         capacity = call.query.shape[2]
         fits = capacity * capacity <= attention_kernels.ROW_MASK_MAX_ELEMENTS
         timed = [*names, "row_mask"] if fits and "row_mask" not in names else names
         timings = kernel_choice.timed_kernels(call, timed, training=True, what=shape)
-        chosen = kernel_choice.choose(call)
+        chosen = kernel_choice.fastest_exact(timings, names)  # the choice's rule on these timings: measured once
         flattening = timings.get("row_mask")
         batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
         for name in ["flash_attn", "torch_varlen", "flex", "row_mask", "per_length"]:

@@ -46,6 +46,7 @@ from turbotrain.passes.self_check import RunPrecision, run_precision
 
 ROOT = Path(__file__).resolve().parents[1]
 
+MIN_CHILD_S = 30.0  # a child process with less time than this left is skipped, not started to be cut off
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}
 VOCAB_LARGE = 151_936  # Qwen2's: where the chunked head matters
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
@@ -392,8 +393,9 @@ def _sync_row(case: Case, device: torch.device, dtype: torch.dtype) -> dict:
 # --- backends -------------------------------------------------------------------------------------------------
 
 
-def backend_parity(device: torch.device, quick: bool) -> list[dict]:
-    """eager vs inductor and onnxruntime (one step each, fp32 and bf16), xla (three Trainer steps), the refusals."""
+def backend_parity(device: torch.device, quick: bool, xla_timeout_s: float = 240.0) -> list[dict]:
+    """eager vs inductor and onnxruntime (one step each, fp32 and bf16), xla (three Trainer steps, in a process of
+    its own given `xla_timeout_s`), the refusals."""
     import turbotrain
 
     rows = []
@@ -404,7 +406,7 @@ def backend_parity(device: torch.device, quick: bool) -> list[dict]:
             break
         rows.append(_compiled_row("inductor", {}, device, dtype, turbotrain))
     rows.append(_onnxruntime_row(device, quick, turbotrain))
-    rows.append(_xla_row(device, quick))
+    rows.append(_xla_row(device, quick, xla_timeout_s))
     return rows
 
 
@@ -461,7 +463,7 @@ def _onnxruntime_row(device: torch.device, quick: bool, turbotrain) -> dict:
     return {"check": "backend onnxruntime", "result": "FAIL", "note": "a CUDA model was accepted without CUDA EP"}
 
 
-def _xla_row(device: torch.device, quick: bool) -> dict:
+def _xla_row(device: torch.device, quick: bool, timeout_s: float = 240.0) -> dict:
     import importlib.util
 
     row = {"check": "backend xla / gpt2 (3 Trainer steps)", "dtype": "float32"}
@@ -470,15 +472,17 @@ def _xla_row(device: torch.device, quick: bool) -> dict:
     missing = [p for p in ("jax", "torchax", "optax") if importlib.util.find_spec(p) is None]
     if missing:
         return {**row, "result": "skipped", "note": f"not installed: {', '.join(missing)}"}
+    if timeout_s < MIN_CHILD_S:
+        return {**row, "result": "skipped", "note": f"time budget: {timeout_s:.0f} s left"}
     # its own process: importing torchax registers a PrivateUse1 device for the whole process, which must not
     # change the rows that come after it (on torch 2.11 with CUDA it broke every later Trainer's pinning)
     command = [sys.executable, "-m", "scripts.gpu_check_parity", "xla", device.type]
     paths = [str(ROOT), str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
     try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return {**row, "result": "ERROR", "note": "timed out after 240 s"}
+        return {**row, "result": "ERROR", "note": f"timed out after {timeout_s:.0f} s"}
     sys.stderr.write(done.stderr[-6000:])
     if done.returncode != 0:
         return {**row, "result": "ERROR", "note": last_error_line(done.stderr)}

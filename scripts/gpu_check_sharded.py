@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,18 +26,24 @@ ENGINES = ("zero3", "fsdp2")
 TOLERANCE = 1e-4
 
 
-def sharded_rows(device: torch.device, timeout_s: float = 150.0) -> list[dict]:
+def sharded_rows(device: torch.device, cap: Callable[[float], float] = lambda seconds: seconds) -> list[dict]:
+    """A row per engine; `cap(seconds)`: the time a launch may take (the check's budget left, at most 150 s)."""
     if device.type != "cuda":
         note = "skipped on the CPU: tests/scale/test_sharded.py runs this worker under gloo"
         return [{"engine": engine, "note": note} for engine in ENGINES]
     processes = min(2, torch.cuda.device_count())
-    return [_row(engine, processes, timeout_s) for engine in ENGINES]
+    return [_row(engine, processes, cap) for engine in ENGINES]
 
 
-def _row(engine: str, processes: int, timeout_s: float) -> dict:
+def _row(engine: str, processes: int, cap: Callable[[float], float]) -> dict:
     row = {"engine": engine, "processes": processes}
     if engine == "zero3" and importlib.util.find_spec("deepspeed") is None:
         return {**row, "result": "skipped", "note": "deepspeed is not installed here (extra: deepspeed)"}
+    from scripts.gpu_check_parity import MIN_CHILD_S
+
+    timeout_s = cap(150.0)
+    if timeout_s < MIN_CHILD_S:
+        return {**row, "result": "skipped", "note": f"time budget: {timeout_s:.0f} s left"}
     out = Path(tempfile.mkdtemp(prefix=f"gpu-check-{engine}-"))
     command = [
         *(sys.executable, "-m", "torch.distributed.run", f"--nproc_per_node={processes}"),

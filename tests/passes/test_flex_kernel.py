@@ -174,7 +174,7 @@ def test_a_cached_flex_choice_runs_once_before_a_process_trusts_it(monkeypatch):
     monkeypatch.setitem(kernel_choice.KERNELS, "flex", broken)
     with pytest.warns(Warning, match="flex kernel failed"):
         assert kernel_choice.choose(call) == "per_length"  # dropped at once, not in the step's backward
-    monkeypatch.setattr(kernel_choice, "_failed", set())  # another process, where it compiles
+    monkeypatch.setattr(kernel_choice, "_failed", {})  # another process, where it compiles
     monkeypatch.setattr(kernel_choice, "CHOSEN", {})
     write_entry(kernel_choice.CACHE_FILE, kernel_choice.CallKind.of(call).key(), {"kernel": "flex"})
     monkeypatch.setitem(

@@ -26,7 +26,7 @@ def fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(kernel_choice, "CHOSEN", {})
     monkeypatch.setattr(kernel_choice, "USED", {})
-    monkeypatch.setattr(kernel_choice, "_failed", set())
+    monkeypatch.setattr(kernel_choice, "_failed", {})
     monkeypatch.setattr(kernel_choice, "_confirmed", set())
     # the row mask tried on these calls as on an accelerator (up to 16x the sequences' own work; the CPU's 2x
     # bound has its own test)

@@ -29,8 +29,8 @@ def fresh_choices(monkeypatch, tmp_path):
     monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
     for name in ("CHOSEN", "USED"):
         monkeypatch.setattr(kernel_choice, name, {})
-    for name in ("_failed", "_confirmed"):
-        monkeypatch.setattr(kernel_choice, name, set())
+    monkeypatch.setattr(kernel_choice, "_failed", {})
+    monkeypatch.setattr(kernel_choice, "_confirmed", set())
 
 
 def _pair(family, task="lm", dtype=torch.float32, **options):
@@ -122,6 +122,26 @@ def test_autocast_bf16_training_step_matches_padded_stock():
     stock, model, report, padded, packed = _pair("llama")
     with torch.autocast("cuda", torch.bfloat16):
         expected, got = loss_and_grads(stock, padded), loss_and_grads(model, packed)
+    assert_same(expected, got, dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize("kernel", ["flash_attn", "torch_varlen", "flex"])
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_fp32_weights_under_bf16_autocast_take_the_fused_kernels(family, kernel, monkeypatch):
+    """Trainer's bf16=True: rotary models hand fp32 queries and keys (the projections times fp32 cos/sin) beside a
+    bf16 value; the fused kernels take all three in autocast's dtype (they refused the mix: flex's backward raised,
+    the varlen kernels were never candidates)."""
+    if kernel == "flash_attn" and not attention_kernels.installed("flash_attn"):
+        pytest.skip("flash-attn is not installed")
+    stock, model, report, padded, packed = _pair(family)
+    gqa = model.config.num_attention_heads != model.config.num_key_value_heads
+    if kernel == "torch_varlen" and gqa and not attention_kernels.torch_varlen_takes(2, 1):
+        pytest.skip("this torch's varlen_attn has no enable_gqa")
+    called = []
+    monkeypatch.setitem(kernel_choice.KERNELS, kernel, _recording(kernel_choice.KERNELS[kernel], called))
+    with torch.autocast("cuda", torch.bfloat16), kernel_choice.forced(kernel):
+        expected, got = loss_and_grads(stock, padded), loss_and_grads(model, packed)
+    assert called and kernel not in kernel_choice._failed
     assert_same(expected, got, dtype=torch.bfloat16)
 
 

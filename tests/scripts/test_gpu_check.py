@@ -149,8 +149,19 @@ def test_zero3_steps_aside_where_deepspeed_is_not_installed(monkeypatch):
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None if name == "deepspeed" else real(name))
-    row = gpu_check_sharded._row("zero3", 1, timeout_s=1.0)
+    row = gpu_check_sharded._row("zero3", 1, cap=lambda seconds: seconds)
     assert row["result"] == "skipped" and "extra: deepspeed" in row["note"]
+
+
+def test_a_launch_the_budget_cannot_hold_is_skipped_not_started():
+    from scripts import gpu_check_sharded
+    from scripts.gpu_check import Deadline
+
+    deadline = Deadline(10.0)
+    assert 9.0 < deadline.cap(150.0) <= 10.0 and deadline.cap(5.0) == 5.0
+    assert Deadline(-1.0).cap(150.0) == 0.0
+    row = gpu_check_sharded._row("fsdp2", 1, cap=deadline.cap)  # 10 s left of the budget: under 30
+    assert row["result"] == "skipped" and row["note"].startswith("time budget: ")
 
 
 def test_the_realshape_plan_runs_stock_and_turbotrain_of_every_workload_first_and_compiles_last():
@@ -205,3 +216,14 @@ def test_the_cpu_pass_runs_every_realshape_row_without_an_error(tmp_path):
     for workload, peer in plan()[:12]:  # every workload's stock and turbotrain trained 2 rounds and passed
         assert f"| {workload.name} | {peer} | 2 | " in report
     assert report.count(" | PASS | ") >= 30  # the peers that are installed here (not liger, not flash-attn)
+
+
+def test_the_xla_child_is_skipped_when_the_budget_cannot_hold_it():
+    import importlib.util
+
+    from scripts import gpu_check_parity
+
+    if any(importlib.util.find_spec(p) is None for p in ("jax", "torchax", "optax")):
+        pytest.skip("the xla extra is not installed")
+    row = gpu_check_parity._xla_row(torch.device("cpu"), quick=False, timeout_s=5.0)
+    assert row["result"] == "skipped" and row["note"] == "time budget: 5 s left"

@@ -43,9 +43,7 @@ def run_export(
     overwrite: bool = False,
 ) -> int:
     if tolerance is not None and not (math.isfinite(tolerance) and tolerance >= 0):  # 0: bit for bit
-        raise ValueError(
-            f"--tolerance must be a finite number >= 0 (the largest accepted difference), got {tolerance}"
-        )
+        raise ValueError(f"--tolerance must be a finite number >= 0 (the largest accepted difference), got {tolerance}")
     console = console or Console()
     check_target(out_dir)  # refuse a folder the export may not replace before loading anything
     replacing = EXPORT_RUN.claim(out_dir, overwrite)  # and an earlier export, unless --overwrite

@@ -7,7 +7,8 @@ met exactly the keys stock's padded mask lets them meet (its own, causally where
 sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each row's tail is zeros:
 
 * `flash_attn`: flash-attn's `flash_attn_varlen_func`, one launch (CUDA, bf16/fp16, head dim <= 256; soft-caps
-  and drops out; installed by the user);
+  and drops out; installed by the user); like `torch_varlen`, it sees each row's tail as one more sequence, whose
+  outputs are then zeroed;
 * `torch_varlen`: torch's `varlen_attn`, one launch (CUDA, bf16/fp16; no soft-cap, dropout or sinks; GQA only
   where it has `enable_gqa`, torch >= 2.13: repeating KV heads measured 6x slower on torch 2.11);
 * `flex`: torch's flex attention, compiled, with a block mask built from the segments (flex_kernel.py): one
@@ -20,6 +21,10 @@ sliding window s: causal 0 <= q - k < s, bidirectional |q - k| < s), and each ro
   so only up to `ROW_MASK_MAX_ELEMENTS` and `ROW_MASK_MAX_WASTE` times the sequences' own sum(l^2); soft-capping, sinks and scaling are the model's code;
 * `per_length`: the model's own attention once per sequence length, [count, H, length, D] per call: sum(l^2)
   work, one call per distinct length; takes every call (the reference the others are checked against).
+
+The fused kernels (`flash_attn`, `torch_varlen`, `flex`) take query, key and value in the dtype the model's own
+function computes in (`PackedCall.compute_dtype`: autocast's where it is on, as SDPA is cast), so a `bf16=True`
+run of fp32 weights is a half-precision call for them.
 
 `applicable(call)` lists the kernels that can take a call, in the order preferred when nothing is measured;
 `forcible(call)` those a forced choice may take (flex on the CPU besides).
@@ -48,6 +53,7 @@ from turbotrain.passes.padding_free.packed_sequences import (
 )
 
 _HALF = (torch.bfloat16, torch.float16)
+_CAST_BY_AUTOCAST = (torch.float32, *_HALF)  # what autocast casts for its lower-precision ops (not float64)
 ROW_MASK_MAX_ELEMENTS = 1 << 28  # R * C * C: a 256 MB bool mask (16k tokens in one row)
 ROW_MASK_MAX_WASTE = {"cpu": 2.0, "accelerator": 16.0}  # R * C^2 over sum(l^2) where the row mask is still tried
 _NOT_FOR_THE_MODEL = (*CU_SEQ_LENS, *MAX_LENGTHS, "position_ids")
@@ -72,6 +78,27 @@ class PackedCall:
     @property
     def window(self) -> int | None:
         return self.kwargs.get("sliding_window")
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the model's own function computes this call in: autocast's where autocast is on for the
+        call's device (it casts SDPA and the matmuls of eager attention; under `bf16=True` with fp32 weights
+        rotary models hand over fp32 queries and keys beside a bf16 value), the query's otherwise. The fused
+        kernels take their inputs in it, as the model's function does."""
+        device = self.query.device.type
+        if torch.is_autocast_enabled(device) and self.query.dtype in _CAST_BY_AUTOCAST:
+            return torch.get_autocast_dtype(device)
+        return self.query.dtype
+
+    def in_compute_dtype(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """query, key and value in `compute_dtype` (the tensors themselves where they are in it already)."""
+        dtype = self.compute_dtype
+        return self.query.to(dtype), self.key.to(dtype), self.value.to(dtype)
+
+    def without_dropout(self) -> PackedCall:
+        """The same call with attention dropout off: kernels are compared on the formula, not on their draws."""
+        return PackedCall(self.stock, self.original, self.module, self.query, self.key, self.value, self.sequences,
+                          self.causal, {**self.kwargs, "dropout": 0.0})  # fmt: skip
 
     def with_tensors(self, query, key, value) -> PackedCall:
         return PackedCall(self.stock, self.original, self.module, query, key, value, self.sequences, self.causal,
@@ -154,11 +181,12 @@ def flash_attn(call: PackedCall) -> torch.Tensor:
     from flash_attn import flash_attn_varlen_func
 
     q, k, v, cu, longest, left = _varlen_inputs(call)
-    return flash_attn_varlen_func(
+    out = flash_attn_varlen_func(
         q, k, v, cu, cu, longest, longest, dropout_p=call.kwargs.get("dropout", 0.0),
         softmax_scale=call.kwargs.get("scaling"), causal=call.causal, window_size=(left, left),
         softcap=call.kwargs.get("softcap") or 0.0,
     )  # fmt: skip
+    return real_tokens_only(out, call.sequences.order)  # the tails, segments of their own, attended each other
 
 
 def torch_varlen(call: PackedCall) -> torch.Tensor:
@@ -167,12 +195,13 @@ def torch_varlen(call: PackedCall) -> torch.Tensor:
     q, k, v, cu, longest, left = _varlen_inputs(call)
     right = 0 if call.causal else left
     gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}  # `applicable` checked it is taken
-    return varlen_attn(q, k, v, cu, cu, longest, longest, scale=call.kwargs.get("scaling"), window_size=(left, right),
-                       **gqa)  # fmt: skip
+    out = varlen_attn(q, k, v, cu, cu, longest, longest, scale=call.kwargs.get("scaling"), window_size=(left, right),
+                      **gqa)  # fmt: skip
+    return real_tokens_only(out, call.sequences.order)  # the tails, segments of their own, attended each other
 
 
 def _varlen_inputs(call: PackedCall):
-    q, k, v = (_tokens(x).contiguous() for x in (call.query, call.key, call.value))
+    q, k, v = (_tokens(x).contiguous() for x in call.in_compute_dtype())
     cu = call.kwargs[CU_SEQ_LENS[0]].to(q.device, torch.int32, non_blocking=True)  # no-op where the Trainer moved it
     left = -1 if call.window is None else call.window - 1
     return q, k, v, cu, call.kwargs[MAX_LENGTHS[0]], left
@@ -227,7 +256,7 @@ def _row_mask_worth_trying(call: PackedCall) -> bool:
 
 def _varlen_kernels(call: PackedCall) -> list[str]:
     query, value, kwargs = call.query, call.value, call.kwargs
-    if query.device.type != "cuda" or query.dtype not in _HALF or CU_SEQ_LENS[0] not in kwargs:
+    if query.device.type != "cuda" or call.compute_dtype not in _HALF or CU_SEQ_LENS[0] not in kwargs:
         return []
     if query.shape[-1] != value.shape[-1] or query.shape[-1] > 256 or kwargs.get("s_aux") is not None:
         return []

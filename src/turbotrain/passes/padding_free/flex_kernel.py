@@ -39,8 +39,9 @@ _masks: dict = {}  # the current batch's block masks: (causal, window, device) -
 
 
 def flex(call) -> torch.Tensor:
-    """[R * C, H, Dv]: `call` (an attention_kernels.PackedCall) through compiled flex attention."""
-    query, key, value = call.query, call.key, call.value
+    """[R * C, H, Dv]: `call` (an attention_kernels.PackedCall) through compiled flex attention, in the call's
+    compute dtype (its backward refuses mixed query, key and value dtypes: autocast's fp32 rotary queries)."""
+    query, key, value = call.in_compute_dtype()
     rows, heads, capacity, _ = query.shape
     block_mask = _block_mask(call)
     cap = call.kwargs.get("softcap")
