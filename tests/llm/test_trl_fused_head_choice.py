@@ -13,6 +13,7 @@ from tests.llm.test_trl_dpo import METRICS, assert_metric_close, dpo_history
 from turbotrain.passes import device_timing
 from turbotrain.passes.chunked_ce import head_choice
 from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
+from turbotrain.utils.warnings import TurbotrainWarning
 
 pytestmark = pytest.mark.requires_llm
 
@@ -24,7 +25,9 @@ def trl_faster(monkeypatch, tmp_path):
     monkeypatch.setattr(head_choice, "_chosen", {})
     monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
     steps = []
-    monkeypatch.setattr(device_timing, "_median_ms", lambda step, device: steps.append(step) or 2.0 / len(steps))
+    monkeypatch.setattr(
+        device_timing, "_medians_ms", lambda stock, trl, device: steps.extend([stock, trl]) or (2.0, 1.0)
+    )
     return steps
 
 
@@ -69,13 +72,62 @@ def test_the_chunked_head_stays_where_it_measured_faster(tmp_path, monkeypatch):
     monkeypatch.setattr(head_choice, "_chosen", {})
     monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
     steps = []
-    monkeypatch.setattr(device_timing, "_median_ms", lambda step, device: steps.append(step) or float(len(steps)))
+    monkeypatch.setattr(
+        device_timing, "_medians_ms", lambda stock, trl, device: steps.extend([stock, trl]) or (1.0, 2.0)
+    )
     sft_history(tmp_path, True, steps=2)
     assert steps and set(head_choice.chosen_heads().values()) == {head_choice.CHUNKED}
 
 
 def test_the_cpu_is_not_timed(tmp_path, monkeypatch):
     monkeypatch.setattr(head_choice, "_chosen", {})
-    monkeypatch.setattr(device_timing, "_median_ms", lambda *a: pytest.fail("timed on the CPU"))
+    monkeypatch.setattr(device_timing, "_medians_ms", lambda *a: pytest.fail("timed on the CPU"))
     sft_history(tmp_path, True, steps=2)
     assert head_choice.chosen_heads() == {}
+
+
+def _chunked_of(linear):
+    return lambda rows, targets: linear_log_probs(rows, linear.weight, linear.bias, targets)
+
+
+def test_where_trls_kernel_raises_while_timed_the_chunked_head_answers(tmp_path, monkeypatch):
+    """A Triton build for another GPU, or an older torch's addmm check, raised inside a training step before."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(head_choice, "_chosen", {})
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+
+    def broken(*args):
+        raise RuntimeError("no kernel image is available for execution on the device")
+
+    monkeypatch.setattr(head_choice, "trl_projection", broken)
+    linear = torch.nn.Linear(16, 300, bias=False)
+    hidden = torch.randn(9, 16, requires_grad=True)
+    with pytest.warns(TurbotrainWarning, match="TRL's fused LM head kernel failed while timed .* no kernel image"):
+        chosen = head_choice.head_for(hidden, linear, None, 1.0, False, "per_row", _chunked_of(linear))
+    assert chosen == head_choice.CHUNKED
+
+
+def test_a_call_without_gradients_is_its_own_kind_and_timed_forward_only(tmp_path, monkeypatch):
+    """A reference model's call (under no_grad) is timed as it runs; a LoRA head (frozen) apart from a trained one."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(head_choice, "_chosen", {})
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+    grads_on = []
+
+    def medians(stock_step, trl_step, device):
+        stock_step()
+        grads_on.append(torch.is_grad_enabled())
+        return 1.0, 2.0
+
+    monkeypatch.setattr(device_timing, "_medians_ms", medians)
+    linear = torch.nn.Linear(16, 300, bias=False)
+    hidden = torch.randn(9, 16)
+    chunked = _chunked_of(linear)
+    with torch.no_grad():
+        head_choice.head_for(hidden, linear, None, 1.0, False, "per_row", chunked)
+    head_choice.head_for(hidden.requires_grad_(), linear, None, 1.0, False, "per_row", chunked)
+    linear.weight.requires_grad_(False)
+    head_choice.head_for(hidden, linear, None, 1.0, False, "per_row", chunked)
+    kinds = list(head_choice.chosen_heads())
+    assert len(kinds) == 3 and {kind[-2] for kind in kinds} == {"forward only", "backward"}
+    assert {kind[-3] for kind in kinds} == {"head trained", "head frozen"}

@@ -133,3 +133,29 @@ def test_op_without_statistics_gives_the_same_log_probs_and_none():
     assert stats == [None, None, None]
     assert torch.equal(nll, full[0])
     torch.testing.assert_close(nll, expected[0], rtol=1e-5, atol=1e-6)
+
+
+def test_the_recomputed_weight_gradient_runs_in_the_half_dtype_where_cuda_would(monkeypatch):
+    """On CUDA under autocast the backward's dW matmul takes the half dtype, summed in fp32 (an in-place addmm_ is
+    never cast by autocast: it was an fp32 GEMM there). The CPU has no fp32-output half matmul, so the choice is
+    made as CUDA's here and add_weight_grad's CPU branch computes the same product."""
+    from turbotrain.passes.chunked_ce import cuda
+
+    monkeypatch.setattr(cuda, "compute_dtype_for", lambda device, weight_dtype, autocast: autocast)
+    calls = []
+    real = cuda.add_weight_grad
+    monkeypatch.setattr(cuda, "add_weight_grad", lambda dw, dz_t, h, first: calls.append(
+        (dz_t.dtype, h.dtype, first)) or real(dw, dz_t, h, first))  # fmt: skip
+    tensors, targets, row_weights = _inputs(21, 1500, 16, bias=False)
+    results = []
+    for chunked in (False, True):
+        leaves = [tensors[0].clone().requires_grad_(), tensors[1].clone().requires_grad_()]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            nll = linear_log_probs(*leaves, None, targets, chunk_rows=6)[0] if chunked else _dense(
+                *leaves, None, targets, None)[0]  # fmt: skip
+            loss = (nll * row_weights).sum()
+        loss.backward()
+        results.append([leaf.grad for leaf in leaves])
+    assert calls == [(torch.bfloat16, torch.bfloat16, True)] + [(torch.bfloat16, torch.bfloat16, False)] * 3
+    for actual, expected in zip(results[1], results[0]):
+        assert_close_to_scale(actual, expected, 5e-2)

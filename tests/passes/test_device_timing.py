@@ -25,9 +25,9 @@ def timed_cpu(monkeypatch, tmp_path):
     timed = []
 
     def set_times(slower_when):
-        def fake(step, device):
-            timed.append(step)
-            return 1.0 if len(timed) % 2 else (2.0 if slower_when(current[0]) else 0.5)  # stock first, then the pass
+        def fake(stock_step, pass_step, device):
+            timed.extend([stock_step, pass_step])
+            return 1.0, (2.0 if slower_when(current[0]) else 0.5)  # (stock's median, the pass's)
 
         real = device_timing.measured
         current = [None]
@@ -36,7 +36,7 @@ def timed_cpu(monkeypatch, tmp_path):
             current[0] = (pass_name, *what)
             return real(pass_name, device, what, stock_step, pass_step)
 
-        monkeypatch.setattr(device_timing, "_median_ms", fake)
+        monkeypatch.setattr(device_timing, "_medians_ms", fake)
         monkeypatch.setattr(device_timing, "measured", measured)
         return timed
 
@@ -87,12 +87,32 @@ def test_passes_that_pay_install_as_before(timed_cpu):
 
 def test_the_cpu_is_not_timed(monkeypatch, tmp_path):
     monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
-    monkeypatch.setattr(device_timing, "_median_ms", lambda *a: pytest.fail("timed on the CPU"))
+    monkeypatch.setattr(device_timing, "_medians_ms", lambda *a: pytest.fail("timed on the CPU"))
     report = optimize(make("llama", dropout=False), padding_free=False)
     assert report.lean_gated_mlp is not None and not (tmp_path / device_timing.CACHE_FILE).exists()
 
 
-def test_a_real_timing_runs_each_step_once_to_warm_up_then_repeats():
+def test_a_real_timing_warms_each_step_up_then_alternates_them():
     calls = []
-    ms = device_timing._median_ms(lambda: calls.append(1), torch.device("cpu"))
-    assert ms >= 0 and len(calls) == 1 + device_timing.REPEATS
+    stock_ms, pass_ms = device_timing._medians_ms(lambda: calls.append("stock"), lambda: calls.append("pass"),
+                                                  torch.device("cpu"))  # fmt: skip
+    assert stock_ms >= 0 and pass_ms >= 0
+    assert calls == ["stock", "pass"] * (1 + device_timing.REPEATS)  # neither always first while clocks settle
+
+
+def test_a_timing_leaves_the_runs_random_numbers_as_they_were(monkeypatch, tmp_path):
+    """Dropout in a timed module, or the timing's random inputs, would shift every later draw of the run (its
+    dropout masks, GRPO's sampling) only where the timing was not read from the cache."""
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
+    monkeypatch.setattr(device_timing, "timed_on", lambda device: True)
+    layer = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.5))
+
+    def steps(module, x):
+        return module(x)
+
+    torch.manual_seed(0)
+    expected = torch.rand(4)
+    torch.manual_seed(0)
+    device_timing.keep_where_faster("test pass", [layer], lambda m: ("Sequential", 8), lambda m: 8, steps, steps)
+    assert (tmp_path / device_timing.CACHE_FILE).exists()  # it did time
+    assert torch.equal(torch.rand(4), expected)

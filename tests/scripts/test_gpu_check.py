@@ -154,8 +154,9 @@ def test_zero3_steps_aside_where_deepspeed_is_not_installed(monkeypatch):
 
 
 def test_a_launch_the_budget_cannot_hold_is_skipped_not_started():
-    from scripts import gpu_check_sharded
     from scripts.gpu_check import Deadline
+
+    from scripts import gpu_check_sharded
 
     deadline = Deadline(10.0)
     assert 9.0 < deadline.cap(150.0) <= 10.0 and deadline.cap(5.0) == 5.0

@@ -8,18 +8,24 @@ shape; a shape whose pass forward is slower than the module's own stays stock th
 model's MLP), said in one warning with both times, and the rest of the pass installs as usual.
 
 How: an input of `TOKENS` rows of the module's input width in its weight dtype, requiring grad as a hidden
-state in training does; under the run's autocast (self_check.current_precision); one warm-up, then the median
-of `REPEATS` forward + backward runs (gradients of the input and of every trainable parameter, none
-accumulated into `.grad`), synchronised on CUDA. The pass installs where its median is at most the module's
-own. The key: the device's name, torch's and PEFT's versions, the pass, the module's shape, dtype and autocast.
+state in training does; under the run's autocast (self_check.current_precision); one warm-up of each, then
+`REPEATS` forward + backward runs of each, the two ways alternating (neither always first while clocks settle),
+medians kept (gradients of the input and of every trainable parameter, none accumulated into `.grad`),
+synchronised on CUDA. The pass installs where its median is at most the module's own. The key: the device's
+name, torch's, PEFT's and TRL's versions, the pass, the module's shape (with what changes its cost: LoRA or not,
+trainable or frozen), dtype and autocast. The timing draws its inputs from a generator of its own and runs
+inside `torch.random.fork_rng` (dropout in a timed module), so a run's random numbers (dropout masks, GRPO's
+sampling) are the same whether the timing ran or came from the cache.
 Exactness is not decided here: each pass's own install check runs as before.
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -82,7 +88,8 @@ def _timing(pass_name, module, shape, width, stock, rewritten) -> Timing | None:
     weight = next(module.parameters(), None)
     if weight is None or not timed_on(weight.device):
         return None
-    x = torch.randn(TOKENS, width, device=weight.device, dtype=weight.dtype).requires_grad_()
+    x = torch.randn(TOKENS, width, device=weight.device, dtype=weight.dtype, generator=generator(weight.device))
+    x.requires_grad_()
     trainable = [p for p in module.parameters() if p.requires_grad]
 
     def step_of(forward):
@@ -108,8 +115,8 @@ def measured(pass_name: str, device: torch.device, what: tuple, stock_step: Call
     cached = read_entry(CACHE_FILE, key)
     if isinstance(cached, dict) and {"stock_ms", "pass_ms"} <= set(cached):
         return Timing(float(cached["stock_ms"]), float(cached["pass_ms"]))
-    with torch.enable_grad():
-        timing = Timing(_median_ms(stock_step, device), _median_ms(pass_step, device))
+    with torch.enable_grad(), own_random_numbers(device):
+        timing = Timing(*_medians_ms(stock_step, pass_step, device))
     entry = {"pass": pass_name, "shape": [str(part) for part in what], "device": device_name(device)}
     write_entry(
         CACHE_FILE, key, {**entry, "versions": versions, "stock_ms": timing.stock_ms, "pass_ms": timing.pass_ms}
@@ -117,25 +124,48 @@ def measured(pass_name: str, device: torch.device, what: tuple, stock_step: Call
     return timing
 
 
+def generator(device: torch.device) -> torch.Generator:
+    """A seeded generator of the timing's own for its random inputs (the run's generators stay untouched)."""
+    return torch.Generator(device=device).manual_seed(0)
+
+
+@contextlib.contextmanager
+def own_random_numbers(device: torch.device) -> Iterator[None]:
+    """The CPU's and `device`'s random states as they were before, whatever the timed steps drew (dropout)."""
+    devices = [device] if device.type != "cpu" else []
+    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+        yield
+
+
 def _versions() -> str:
+    names = [f"torch {torch.__version__}"]
+    for package in ("peft", "trl"):
+        version = _version_of(package)
+        if version is not None:
+            names.append(f"{package} {version}")
+    return ", ".join(names)
+
+
+def _version_of(package: str) -> str | None:
     try:
-        import peft
-
-        return f"torch {torch.__version__}, peft {peft.__version__}"
-    except ImportError:
-        return f"torch {torch.__version__}"
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
-def _median_ms(step: Callable[[], None], device: torch.device) -> float:
-    step()  # warm-up
-    times = []
+def _medians_ms(stock_step: Callable[[], None], pass_step: Callable[[], None], device: torch.device):
+    """(stock's, the pass's) median milliseconds, after a warm-up of each, the two alternating."""
+    stock_step()
+    pass_step()
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(REPEATS):
-        _synchronize(device)
-        start = time.perf_counter()
-        step()
-        _synchronize(device)
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+        for step, kept in ((stock_step, times[0]), (pass_step, times[1])):
+            _synchronize(device)
+            start = time.perf_counter()
+            step()
+            _synchronize(device)
+            kept.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
 def _synchronize(device: torch.device) -> None:

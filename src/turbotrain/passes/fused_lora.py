@@ -270,7 +270,9 @@ def apply_fused_lora(model: nn.Module, check: bool = True) -> FusedLora | None:
 
 def _timed_shape(layer: nn.Module) -> tuple:
     name = layer.active_adapters[0]
-    return ("LoRA", layer.in_features, layer.out_features, "r", layer.lora_A[name].out_features)
+    dropout = type(layer.lora_dropout[name]).__name__  # Identity or Dropout: one more kernel each way
+    base = "base trained" if layer.base_layer.weight.requires_grad else "base frozen"
+    return ("LoRA", layer.in_features, layer.out_features, "r", layer.lora_A[name].out_features, dropout, base)
 
 
 def _peft_forward(layer: nn.Module, x: torch.Tensor) -> torch.Tensor:

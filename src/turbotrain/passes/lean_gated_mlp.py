@@ -240,7 +240,11 @@ def apply_lean_gated_mlp(model: nn.Module, check: bool = True) -> LeanGatedMlp |
 
 
 def _timed_shape(mlp: nn.Module) -> tuple:
-    return (type(mlp).__name__, mlp.gate_proj.in_features, mlp.gate_proj.out_features)
+    """The MLP's kind, widths, and what changes the cost of its projections: their class (LoRA, fused LoRA or a
+    plain Linear) and whether any weight trains."""
+    trains = any(p.requires_grad for p in mlp.parameters())
+    return (type(mlp).__name__, mlp.gate_proj.in_features, mlp.gate_proj.out_features,
+            type(mlp.gate_proj).__name__, "trained" if trains else "frozen")  # fmt: skip
 
 
 def _own_forward(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:

@@ -85,8 +85,8 @@ def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype):
     entropy = is_top1 = None
     if want_stats:
         is_top1 = z.argmax(dim=1) == target
-        probs = torch.exp(z - lse[:, None])
-        entropy = lse - (probs * z).sum(dim=1)
+        probs = torch.sub(z, lse[:, None]).exp_()  # one [C, V] besides z: no temporary z - lse
+        entropy = lse - z.mul_(probs).sum(dim=1)  # the product in place of the logits, then they are dropped
         z = probs
     else:
         z.sub_(lse[:, None]).exp_()  # softmax, in place

@@ -7,12 +7,16 @@ choose and pack the scored rows, and the chunked head projects them. Since TRL 1
 scores its kept rows with a Triton kernel, a strong peer; so on an accelerator the projection of those rows is
 timed once per kind of call, both ways, and the faster one projects from then on:
 
-* kind: the device, torch's and PEFT's versions, vocabulary, hidden size, dtype, autocast, weighting ("equal":
-  SFT, dW summed in the forward; "per_row": DPO, KTO, GRPO, RLOO), temperature, statistics wanted, and the kept
-  rows rounded up to a power of two;
-* how: random rows [K, H] in the hidden states' dtype, the model's own head weight, random targets; forward and
-  backward of sum(log-probabilities) (passes/device_timing.py `measured`: one warm-up, median of 5,
-  synchronised; cached in `pass_timing.json`). TRL's kernel takes the call where its median is lower.
+* kind: the device, torch's, PEFT's and TRL's versions, vocabulary, hidden size, dtype, autocast, weighting
+  ("equal": SFT, dW summed in the forward; "per_row": DPO, KTO, GRPO, RLOO), temperature, statistics wanted,
+  soft-cap, bias, whether the head trains (a full fine-tune) or not (LoRA), whether the call wants gradients
+  (a reference model's does not), and the kept rows rounded up to a power of two;
+* how: random rows [K, H] in the hidden states' dtype, the model's own head weight, random targets (from the
+  timing's own generator, inside `fork_rng`: the run's random numbers stay as they were); forward and backward
+  of sum(log-probabilities), forward only for a call without gradients (passes/device_timing.py `measured`: one
+  warm-up, medians of 5 alternating, synchronised; cached in `pass_timing.json`). TRL's kernel takes the call
+  where its median is lower. Where TRL's kernel raises there (a Triton build for another GPU), the chunked head
+  answers, said once.
 
 The CPU is not timed: there the chunked head is the one measured (TRL's kernel runs torch ops without Triton).
 The rows, packing and the answer's shape stay turbotrain's either way; only the [K, H] x [H, V] projection and
@@ -27,6 +31,7 @@ import torch
 
 from turbotrain.boundaries import trl_boundary
 from turbotrain.passes import device_timing
+from turbotrain.utils.warnings import warn_once
 
 TRL = "trl"
 CHUNKED = "chunked"
@@ -58,7 +63,10 @@ def head_for(hidden, linear, softcap, temperature: float, want_stats: bool, weig
     on = torch.is_autocast_enabled(hidden.device.type)
     autocast = torch.get_autocast_dtype(hidden.device.type) if on else None
     shape = tuple(linear.weight.shape)
-    what = ("fused head", shape, str(hidden.dtype), str(autocast), weighting, temperature, want_stats, rows)
+    trains = "head trained" if linear.weight.requires_grad else "head frozen"
+    backward = "backward" if torch.is_grad_enabled() else "forward only"
+    what = ("fused head", shape, str(hidden.dtype), str(autocast), weighting, temperature, want_stats, softcap,
+            linear.bias is not None, trains, backward, rows)  # fmt: skip
     if what not in _chosen:
         _chosen[what] = _measure(what, hidden, linear, softcap, temperature, want_stats, chunked)
     return _chosen[what]
@@ -74,9 +82,11 @@ def _has_trl_kernel() -> bool:
 
 
 def _measure(what, hidden, linear, softcap, temperature, want_stats, chunked) -> str:
-    rows = what[-1]
-    x = torch.randn(rows, hidden.shape[1], device=hidden.device, dtype=hidden.dtype).requires_grad_()
-    targets = torch.randint(0, linear.weight.shape[0], (rows,), device=hidden.device)
+    rows, backward = what[-1], what[-2] == "backward"
+    generator = device_timing.generator(hidden.device)
+    x = torch.randn(rows, hidden.shape[1], device=hidden.device, dtype=hidden.dtype, generator=generator)
+    targets = torch.randint(0, linear.weight.shape[0], (rows,), device=hidden.device, generator=generator)
+    x.requires_grad_(backward)
     trainable = [x, *(p for p in (linear.weight, linear.bias) if p is not None and p.requires_grad)]
 
     def trl(rows, targets):
@@ -84,11 +94,20 @@ def _measure(what, hidden, linear, softcap, temperature, want_stats, chunked) ->
 
     def step_of(project):
         def step():
+            if not backward:
+                with torch.no_grad():
+                    project(x, targets)
+                return
             torch.autograd.grad(project(x, targets)[0].sum(), trainable, allow_unused=True)
 
         return step
 
-    timing = device_timing.measured("fused head", hidden.device, what, step_of(chunked), step_of(trl))
+    try:
+        timing = device_timing.measured("fused head", hidden.device, what, step_of(chunked), step_of(trl))
+    except Exception as error:  # TRL's Triton kernel on a GPU it was not built for, an older torch's check
+        warn_once(f"turbotrain: TRL's fused LM head kernel failed while timed ({type(error).__name__}: {error}); "
+                  "the chunked head answers these calls")  # fmt: skip
+        return CHUNKED
     return TRL if timing is not None and timing.pass_ms < timing.stock_ms else CHUNKED
 
 

@@ -25,11 +25,17 @@ Backward, for any per-row weight g [K] (the incoming gradient of the NLL):
 Exact: per row the same fp32 log-sum-exp as a dense `log_softmax(h·Wᵀ + b)` gathered at the target (TRL's
 own computation); dW summed chunk by chunk in fp32 (float order only, ≤1e-5 relative:
 tests/passes/test_chunked_logprobs.py). On CPU the matmuls run in the weight's dtype (fp32 for fp32 weights).
+On CUDA under autocast (or with half weights) the recomputed dW's matmul runs in the half dtype, summed in fp32
+(`cuda.add_weight_grad`: an in-place `addmm_` is never cast by autocast, so it was an fp32 GEMM), and chunks are
+sized from H (`cuda.cuda_chunk_rows`) as the SFT op's. The entropy holds one [C, V] tensor besides the logits
+(the product taken in place).
 """
 
 from __future__ import annotations
 
 import torch
+
+from turbotrain.passes.chunked_ce import cuda
 
 # fp32 logits of one chunk (as chunked_ce.CHUNK_BYTES: ~220 rows at a 151,936 vocabulary)
 CHUNK_BYTES = 128 * 2**20
@@ -89,7 +95,7 @@ class LinearLogProbs(torch.autograd.Function):
             if want_stats:
                 is_top1[part] = z.argmax(dim=1) == target
                 mean_logit[part] = z.mean(dim=1)
-                entropy[part] = lse[part] - (torch.softmax(z, dim=1) * z).sum(dim=1)
+                entropy[part] = lse[part] - torch.softmax(z, dim=1).mul_(z).sum(dim=1)  # one [C, V] besides z
             if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
                 unit = _unit_gradient(z, lse[part], target, tanh, inv_t)
                 dh[part] = unit.to(weight.dtype) @ weight  # [C, V] x [V, H]
@@ -129,6 +135,7 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     need_h, need_w = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     need_b = ctx.has_bias and ctx.needs_input_grad[2]
     rows = hidden.shape[0]
+    half = cuda.compute_dtype_for(hidden.device, weight.dtype, ctx.autocast)  # None: fp32 (CPU, an fp32 run)
     dh = torch.empty_like(hidden) if need_h else None
     dw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
     db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
@@ -139,7 +146,9 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
         dz = _unit_gradient(z, lse[part], targets[part], tanh, ctx.inv_t).mul_(grad_nll[part, None].float())
         if dh is not None:
             dh[part] = dz.to(weight.dtype) @ weight  # [C, V] x [V, H] -> [C, H]
-        if dw is not None:
+        if dw is not None and half is not None:  # in place, so autocast would not cast it: the half dtype here
+            cuda.add_weight_grad(dw, dz.T.to(half), h.to(half), first=start == 0)
+        elif dw is not None:
             dw.addmm_(dz.T, h.float())  # [V, C] x [C, H]
         if db is not None:
             db += dz.sum(dim=0)
@@ -160,7 +169,9 @@ def linear_log_probs(
     the statistics are None and not computed (a reference model's call: TRL reads its log-probs only)."""
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
-    chunk_rows = chunk_rows or chunk_rows_for(weight.shape[0])
+    if chunk_rows is None:  # CUDA: rows from H, as the SFT op's (chunked_ce/cuda.py); the CPU: 128 MB of logits
+        on_cuda = hidden.device.type == "cuda"
+        chunk_rows = cuda.cuda_chunk_rows(weight.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
     apply = LinearLogProbs.apply
     nll, *stats = apply(hidden, weight, bias, targets, softcap or None, chunk_rows, want_stats, 1 / temperature)
     return (nll, *stats) if want_stats else (nll, None, None, None)
