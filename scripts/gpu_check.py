@@ -104,7 +104,8 @@ def bench_plan(quick: bool) -> list[tuple[str, str]]:
     return first + middle + last
 
 
-def bench_rows(device: torch.device, quick: bool, deadline: Deadline) -> list[dict]:
+def bench_rows(device: torch.device, quick: bool, deadline: Deadline, on_progress=None) -> list[dict]:
+    """The benchmark section's rows; `on_progress(rows)` after each measured peer (the report so far)."""
     from scripts.gpu_check_bench import (
         H200_BF16_PEAK,
         build_examples,
@@ -138,6 +139,8 @@ def bench_rows(device: torch.device, quick: bool, deadline: Deadline) -> list[di
             rows.append({**row, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:240]}"})
             continue
         rows.append(_bench_row(row, result, results.get((task, "stock (sdpa)")), peak, loss_difference))
+        if on_progress is not None:
+            on_progress(rows)
     order = {(r["task"], r["peer"]): i for i, r in enumerate(rows)}
     from scripts.gpu_check_bench import PEERS, TASKS
 
@@ -178,6 +181,11 @@ class Report(list):
         print(part, flush=True)
         if self.out is not None:
             self.out.write_text("\n".join(self))
+
+    def draft(self, part: str) -> None:
+        """Write `out` with a section still running (`part`, its rows so far) after the parts kept."""
+        if self.out is not None:
+            self.out.write_text("\n".join([*self, part]))
 
 
 def run(
@@ -225,16 +233,23 @@ def run(
         parts.append("## Sharded engines against stock under the same engine (fp32)\n\n" + markdown(rows))
     bench: list[dict] = []
     if "bench" in sections:
-        bench = bench_rows(device, quick, deadline)
         columns = ["task", "peer", "tokens/s", "vs stock", "MFU", "peak GiB", "loss vs stock", "result", "note"]
         peak = "H200 dense bf16 989.4 TFLOP/s" if device.type == "cuda" else "this CPU's measured fp32 matmul peak"
-        parts.append(f"## Benchmark (bf16 on CUDA; MFU against {peak})\n\n" + markdown(bench, columns))
+        heading = f"## Benchmark (bf16 on CUDA; MFU against {peak})\n\n"
+        bench = bench_rows(
+            device, quick, deadline, on_progress=lambda rows: parts.draft(heading + markdown(rows, columns))
+        )
+        parts.append(heading + markdown(bench, columns))
     if "realshape" in sections:
         from scripts.gpu_check_realshape import COLUMNS, SHAPES, realshape_rows
 
-        rows, peak = realshape_rows(device, quick, deadline, shapes or SHAPES, peers)
+        def section(rows: list[dict], peak: str) -> str:
+            return f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n" + markdown(rows, COLUMNS)
+
+        rows, peak = realshape_rows(device, quick, deadline, shapes or SHAPES, peers,
+                                    on_progress=lambda rows, peak: parts.draft(section(rows, peak)))  # fmt: skip
         checked += rows
-        parts.append(f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n" + markdown(rows, COLUMNS))
+        parts.append(section(rows, peak))
     failed = [r for r in checked if str(r.get("result", "")).startswith(("FAIL", "ERROR"))]
     failed += [r for r in bench if r.get("result") == "ERROR"]
     parts.append(f"\n{len(failed)} failing row(s); {max(deadline.left(), 0):.0f} s of the budget left.\n")

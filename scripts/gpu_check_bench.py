@@ -26,6 +26,7 @@ relative difference from stock's loss at the same step.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gc
 import importlib.util
@@ -379,9 +380,17 @@ def in_memory_dataset(rows: dict):
 
 
 def run_peer(task: str, peer: str, model, examples, device: torch.device, quick: bool) -> dict:
-    """Train one peer; tokens/s, MFU, peak memory, per-step losses."""
+    """Train one peer; tokens/s, MFU, peak memory, per-step losses (Liger's patches undone after its peer)."""
     s = sizes_of(task, quick)
-    return measure(lambda tmp: make_trainer(task, peer, model, examples, tmp, device, quick), s.warmup, device)
+    with isolated(peer):
+        return measure(lambda tmp: make_trainer(task, peer, model, examples, tmp, device, quick), s.warmup, device)
+
+
+def isolated(peer: str):
+    """Around a peer that patches Transformers for the process (`liger`): its patches undone afterwards."""
+    from scripts.gpu_check_isolation import transformers_patches_undone
+
+    return transformers_patches_undone() if peer == "liger" else contextlib.nullcontext()
 
 
 def measure(build, warmup: int, device: torch.device) -> dict:

@@ -45,7 +45,7 @@ import traceback
 from dataclasses import dataclass, replace
 
 import torch
-from scripts.gpu_check_bench import LORA_TARGETS, Sizes, _trl_trainer, make_trainer, measure
+from scripts.gpu_check_bench import LORA_TARGETS, Sizes, _trl_trainer, isolated, make_trainer, measure
 
 SHAPES = ("qwen2.5-0.5b", "llama3.2-1b")
 BATCH = {"qwen2.5-0.5b": 8, "llama3.2-1b": 4}
@@ -300,9 +300,12 @@ def device_peak(device: torch.device) -> tuple[float, str]:
     return measured, "this CPU's measured fp32 matmul peak"
 
 
-def realshape_rows(device: torch.device, quick: bool, deadline, shapes=SHAPES, peers=None) -> tuple[list[dict], str]:
-    """Every (workload, peer) row of `plan(shapes)` (only `peers` and each workload's stock, where given), in the
-    order of SHAPES, KINDS and the workload's peers; and what the MFU is against."""
+def realshape_rows(
+    device: torch.device, quick: bool, deadline, shapes=SHAPES, peers=None, on_progress=None
+) -> tuple[list[dict], str]:
+    """Every (workload, peer) row of `plan(shapes)` (only `peers` and each workload's stock, where given; a
+    workload whose only chosen peer is its stock is skipped), in the order of SHAPES, KINDS and the workload's
+    peers; and what the MFU is against. `on_progress(rows, peak_text)` after each workload."""
     unknown = set(peers or ()) - set(SFT_PEERS) | set(shapes) - set(SHAPES)
     if unknown:
         raise ValueError(f"realshape: unknown shapes or peers {sorted(unknown)}; peers: {', '.join(SFT_PEERS)}")
@@ -324,10 +327,20 @@ def realshape_rows(device: torch.device, quick: bool, deadline, shapes=SHAPES, p
             continue
         planned += estimate
         chosen.setdefault(workload, []).append(peer)
-    for workload, peers in chosen.items():
-        _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline)
+    for workload, chosen_peers in list(chosen.items()):
+        if peers is not None and chosen_peers == [workload.stock()]:  # a later call's: nothing to compare it with
+            rows[(workload, workload.stock())].update(result="skipped", note="skipped: no other peer chosen")
+            del chosen[workload]
+    for workload, chosen_peers in chosen.items():
+        _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline)
+        if on_progress is not None:  # the table so far, written out: a call cut off at its limit keeps it
+            on_progress(_ordered(rows), peak_text)
+    return _ordered(rows), peak_text
+
+
+def _ordered(rows: dict) -> list[dict]:
     order = {key: (SHAPES.index(key[0].shape), KINDS.index(key[0].kind), key[0].peers().index(key[1])) for key in rows}
-    return [rows[key] for key in sorted(rows, key=order.get)], peak_text
+    return [rows[key] for key in sorted(rows, key=order.get)]
 
 
 def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) -> None:
@@ -343,7 +356,7 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
             if row.get("result") == "ERROR":
                 continue
             segment = float(row["est. s"]) / rounds
-            if not quick and index and deadline.left() < segment:
+            if not quick and deadline.left() < segment:  # round 1 too: the estimates are guesses
                 row["note"] = f"{index} of {rounds} rounds: time budget"
                 continue
             print(
@@ -353,7 +366,8 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
             begin = time.monotonic()
             try:
                 build = functools.partial(build_trainer, workload, peer, model, examples, device=device, quick=quick)
-                results[peer].append(measure(build, s.warmup, device))
+                with isolated(peer):  # Liger's patches of Transformers undone after its round
+                    results[peer].append(measure(build, s.warmup, device))
             except Exception as error:  # one peer failing does not stop the table
                 traceback.print_exc()
                 row.update(result="ERROR", note=f"{type(error).__name__}: {str(error)[:240]}")
@@ -373,7 +387,10 @@ def _summary(runs: list[dict], stock: list[dict], peak: float, tolerance: float,
     ratios = [r["tokens_s"] / b["tokens_s"] for r, b in zip(runs, stock) if b["tokens_s"]]
     differences = [loss_difference(r["losses"], b["losses"]) for r, b in zip(runs, stock)]
     worst = max((d for d in differences if d is not None), default=None)
-    failed = worst is None or worst > tolerance if stock and not is_stock else False
+    if not stock and not is_stock:  # stock ERRORed or ran out of time: nothing to compare with
+        return {"rounds": len(runs), "tokens/s": f"{statistics.median(r['tokens_s'] for r in runs):,.0f}",
+                "result": "n/a", "note": "no stock round to compare with"}  # fmt: skip
+    failed = worst is None or worst > tolerance if not is_stock else False
     peaks = [r["peak_gb"] for r in runs if r["peak_gb"] is not None]
     note = next((r["summary"] for r in runs if r["summary"]), "").removeprefix("turbotrain: ")
     return {

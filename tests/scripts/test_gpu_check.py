@@ -204,6 +204,45 @@ def test_a_realshape_row_fails_when_its_loss_leaves_stocks():
     assert row["result"] == "PASS" and row["vs stock"] == "1.40x" and row["per round"] == "1.50/1.30"
     row = _summary([run(150.0, [2.0, 1.95])], stock, 10.0, 1e-3, is_stock=False)
     assert row["result"] == "FAIL" and "loss above" in row["note"]
+    row = _summary([run(150.0, [2.0, 1.95])], [], 10.0, 1e-3, is_stock=False)  # stock ERRORed: nothing to judge
+    assert row["result"] == "n/a" and row["note"] == "no stock round to compare with"
+
+
+def test_a_later_call_skips_workloads_left_with_their_stock_alone_and_writes_each_workload_out(monkeypatch):
+    """`--peers "stock + flattening"`: DPO has no such peer, so its stock (TRL's defaults) would run alone."""
+    from scripts.gpu_check import Deadline
+
+    from scripts import gpu_check_realshape
+
+    ran, written = [], []
+    monkeypatch.setattr(
+        gpu_check_realshape, "_run_workload", lambda workload, peers, *rest: ran.append((workload.kind, peers))
+    )
+    rows, _ = gpu_check_realshape.realshape_rows(torch.device("cpu"), True, Deadline(3600.0),
+                                                 peers=("stock + flattening",), on_progress=lambda rows, peak: written.append(len(rows)))  # fmt: skip
+    assert ran and {kind for kind, _ in ran} == {"sft", "sft-lora"}
+    assert all(peers == ["stock (sdpa)", "stock + flattening"] for _, peers in ran)
+    dpo = [row for row in rows if row["workload"].endswith("dpo")]
+    assert dpo and all(row["note"] == "skipped: no other peer chosen" for row in dpo)
+    assert len(written) == len(ran)  # the report rewritten after each workload
+
+
+def test_the_liger_peers_patches_of_transformers_are_undone_after_it():
+    from scripts.gpu_check_isolation import transformers_patches_undone
+    from transformers.models.qwen2 import modeling_qwen2
+
+    rotary, norm, forward = (
+        modeling_qwen2.apply_rotary_pos_emb,
+        modeling_qwen2.Qwen2RMSNorm,
+        modeling_qwen2.Qwen2MLP.forward,
+    )
+    with transformers_patches_undone():  # what apply_liger_kernel_to_qwen2 does to the module and its classes
+        modeling_qwen2.apply_rotary_pos_emb = lambda *args: args
+        modeling_qwen2.Qwen2RMSNorm = torch.nn.Identity
+        modeling_qwen2.Qwen2MLP.forward = lambda self, x: x
+        modeling_qwen2.liger_added = True
+    assert modeling_qwen2.apply_rotary_pos_emb is rotary and modeling_qwen2.Qwen2RMSNorm is norm
+    assert modeling_qwen2.Qwen2MLP.forward is forward and not hasattr(modeling_qwen2, "liger_added")
 
 
 @pytest.mark.slow
