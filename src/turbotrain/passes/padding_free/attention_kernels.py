@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -97,12 +97,10 @@ class PackedCall:
 
     def without_dropout(self) -> PackedCall:
         """The same call with attention dropout off: kernels are compared on the formula, not on their draws."""
-        return PackedCall(self.stock, self.original, self.module, self.query, self.key, self.value, self.sequences,
-                          self.causal, {**self.kwargs, "dropout": 0.0})  # fmt: skip
+        return replace(self, kwargs={**self.kwargs, "dropout": 0.0})
 
     def with_tensors(self, query, key, value) -> PackedCall:
-        return PackedCall(self.stock, self.original, self.module, query, key, value, self.sequences, self.causal,
-                          self.kwargs)  # fmt: skip
+        return replace(self, query=query, key=key, value=value)
 
     def model_keywords(self) -> dict:
         """The keywords the model's own function takes (not the varlen metadata)."""
