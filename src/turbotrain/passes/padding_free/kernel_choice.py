@@ -11,18 +11,17 @@ model's graph never sees it; never under saved-tensor hooks, which gradient chec
 forward saves: such a call takes the first kernel in the order unmeasured, and a later call measures) forward and, in training, backward with one fixed output gradient; one warm-up,
 then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose output (or gradients) differs from
 `per_length`'s, the model's own function, by more than float rounding (1e-4 elementwise in fp32; where the call
-computes in half precision, `PackedCall.compute_dtype`, 5e-2 of each tensor's largest value), compared with attention dropout off (no two kernels draw the same
-mask; the timing keeps it), is dropped with a warning: only exact kernels are candidates. The fastest wins where it beats the first in the
-preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
+computes in half precision, `PackedCall.compute_dtype`, 5e-2 of each tensor's largest value), compared with
+attention dropout off (no two kernels draw the same mask; the timing keeps it), is dropped with a warning: only
+exact kernels are candidates. The fastest wins where it beats the first in the preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
 process (`CHOSEN`; `USED` counts the training calls each kernel took, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
 later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind. A kernel
 that compiles (`COMPILED`: flex) read from the cache runs the call once, backward included, before a process
 trusts it (its compile errors would otherwise surface in the step's backward, past any fallback).
 
 `forced(name)`: a context in which every call takes kernel `name` where it applies (per_length elsewhere), for
-benchmarks and tests. A kernel that raises (a build without it) is dropped for the process, for calls of that device type and compute
-dtype, with a warning, and
-the call takes the next.
+benchmarks and tests. A kernel that raises (a build without it) is dropped for the process's calls of that device
+type and compute dtype, with a warning, and the call takes the next.
 """
 
 from __future__ import annotations
