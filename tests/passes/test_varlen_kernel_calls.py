@@ -19,20 +19,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from tests.passes.test_kernel_choice import _published_call, _sdpa_call
+from tests.passes.test_kernel_choice import (
+    _published_call,
+    _sdpa_call,
+    fresh_choices,  # noqa: F401  (autouse: choices, failures, cache per test)
+)
 from tests.passes.test_packed_attention import OLD_RELEASE
 from turbotrain.passes.padding_free import attention_kernels, kernel_choice
 from turbotrain.utils.warnings import TurbotrainWarning
 
 pytestmark = pytest.mark.skipif(OLD_RELEASE, reason="no packed attention on this Transformers release")
-
-
-@pytest.fixture(autouse=True)
-def fresh_choices(monkeypatch, tmp_path):
-    monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernel_choice, "CHOSEN", {})
-    monkeypatch.setattr(kernel_choice, "_failed", {})
-    monkeypatch.setattr(kernel_choice, "_confirmed", set())
 
 
 def reference_varlen(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1), enable_gqa=False):
