@@ -6,7 +6,7 @@ kernels: the ratios would compare Liger with Liger.
 
 `transformers_patches_undone()`: around one peer's run, the module globals of every loaded
 `transformers.models.*` module and the attributes of the classes they define are put back as they were
-(names a patch added are removed). Models built inside keep what they were built with.
+(names a patch added are removed; submodules imported meanwhile stay). Models built inside keep what they were built with.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def transformers_patches_undone() -> Iterator[None]:
 
 def _restore(owner, before: dict, now: dict) -> None:
     for key in now.keys() - before.keys():
-        if key not in _FIXED:
+        if key not in _FIXED and not isinstance(now[key], ModuleType):  # a submodule imported meanwhile stays
             delattr(owner, key)
     for key, value in before.items():
         if key not in _FIXED and now.get(key) is not value:
