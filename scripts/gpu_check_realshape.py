@@ -319,6 +319,9 @@ def realshape_rows(
             continue
         estimate = estimate_s(workload, peer, quick, peak, rounds)
         row = rows[(workload, peer)] = {"workload": workload.name, "peer": peer, "est. s": f"{estimate:.0f}"}
+        if peers is not None and not set(workload.peers()) & set(peers) - {workload.stock()}:
+            row.update(result="skipped", note="skipped: no other peer chosen")  # a later call's: its stock alone
+            continue
         why = unavailable(workload, peer, device)
         if why is None and not quick and planned + estimate > deadline.left():
             why = f"skipped: time budget ({planned:.0f} s planned of {deadline.left():.0f} s)"
@@ -327,10 +330,6 @@ def realshape_rows(
             continue
         planned += estimate
         chosen.setdefault(workload, []).append(peer)
-    for workload, chosen_peers in list(chosen.items()):
-        if peers is not None and chosen_peers == [workload.stock()]:  # a later call's: nothing to compare it with
-            rows[(workload, workload.stock())].update(result="skipped", note="skipped: no other peer chosen")
-            del chosen[workload]
     for workload, chosen_peers in chosen.items():
         _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline)
         if on_progress is not None:  # the table so far, written out: a call cut off at its limit keeps it

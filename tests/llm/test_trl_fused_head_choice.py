@@ -102,7 +102,9 @@ def test_where_trls_kernel_raises_while_timed_the_chunked_head_answers(tmp_path,
     monkeypatch.setattr(head_choice, "trl_projection", broken)
     linear = torch.nn.Linear(16, 300, bias=False)
     hidden = torch.randn(9, 16, requires_grad=True)
-    with pytest.warns(TurbotrainWarning, match="TRL's fused LM head kernel failed while timed .* no kernel image"):
+    with pytest.warns(
+        TurbotrainWarning, match="timing TRL's fused LM head kernel against the chunked head failed .* no kernel image"
+    ):
         chosen = head_choice.head_for(hidden, linear, None, 1.0, False, "per_row", _chunked_of(linear))
     assert chosen == head_choice.CHUNKED
 

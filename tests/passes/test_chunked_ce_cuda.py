@@ -133,3 +133,25 @@ def test_a_deferred_check_raises_once_its_answer_has_arrived():
     with pytest.raises(RuntimeError, match="previous step"):
         checks.raise_if_unequal()
     assert checks.pending == []
+
+
+def test_a_torch_without_out_dtype_sums_the_half_products_in_fp32(monkeypatch):
+    """torch < 2.8 has no `out_dtype` (a TypeError on the host): the first chunk says so once, and every chunk's
+    half product is then added to the fp32 dW (CUDA's path, run here on CPU tensors with torch.mm as 2.7's)."""
+    real_mm = torch.mm
+
+    def mm_without_out_dtype(*args, **kwargs):
+        if "out_dtype" in kwargs:
+            raise TypeError("mm() got an unexpected keyword argument 'out_dtype'")
+        return real_mm(*args, **kwargs)
+
+    monkeypatch.setattr(chunked_ce_cuda, "_MM_OUT_DTYPE", [True])
+    monkeypatch.setattr(torch, "mm", mm_without_out_dtype)
+    generator = torch.Generator().manual_seed(0)
+    chunks = [(torch.randn(40, 16, generator=generator), torch.randn(16, 8, generator=generator)) for _ in range(3)]
+    dw = torch.empty(40, 8)
+    for index, (dz_t, h) in enumerate(chunks):
+        chunked_ce_cuda._add_in_fp32(dw, dz_t.bfloat16(), h.bfloat16(), first=index == 0)
+    assert chunked_ce_cuda._MM_OUT_DTYPE == [False]
+    expected = sum(a.bfloat16().float() @ b.bfloat16().float() for a, b in chunks)
+    torch.testing.assert_close(dw, expected, rtol=0, atol=1e-2 * expected.abs().max().item())  # bf16 products

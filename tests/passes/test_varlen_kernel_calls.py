@@ -181,3 +181,17 @@ def test_in_bf16_a_kernel_that_lets_in_keys_stock_masks_still_disagrees():
     finally:
         del kernel_choice.KERNELS["not_causal"]
     assert not kernel_choice._agrees(wrong, expected, torch.bfloat16)
+
+
+def test_measuring_leaves_the_runs_random_numbers_as_they_were():
+    """The timing runs each kernel with the model's attention dropout: its draws must not move the run's (a
+    reentrant checkpoint's recompute would draw other masks than its forward; a cached choice would give another
+    run than a measured one)."""
+    call = _sdpa_call(causal=False)
+    call.kwargs["dropout"] = 0.1
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    timings = kernel_choice.timed_kernels(call, ["per_length", "row_mask"], training=True)
+    assert set(timings) == {"per_length", "row_mask"}
+    assert torch.equal(torch.rand(3), expected)

@@ -59,21 +59,36 @@ def cuda_chunk_rows(hidden: int) -> int:
 
 
 _ADDMM_INTO_FP32 = [True]  # older torch checks that addmm's `self` has the inputs' dtype: then mm, then add
+_MM_OUT_DTYPE = [True]  # torch < 2.8 has no `out_dtype`: then the half product, added to dW in fp32
 
 
 def add_weight_grad(dw: torch.Tensor, dz_t: torch.Tensor, h: torch.Tensor, first: bool) -> None:
     """dw (fp32 [V, H]) = or += dz_t [V, C] · h [C, H], both in a half dtype, accumulated in fp32.
 
-    CUDA: cuBLAS with an fp32 output (`out_dtype`), no fp32 copy of either input. Elsewhere (tests of the
-    half path on a CPU, which has no such kernel): the same product in fp32 from the half inputs."""
+    CUDA: cuBLAS with an fp32 output (`out_dtype`), no fp32 copy of either input; on torch < 2.8, which has no
+    `out_dtype`, each chunk's half product summed into dW in fp32. Elsewhere (tests of the half path on a CPU,
+    which has no such kernel): the same product in fp32 from the half inputs."""
     if dw.device.type != "cuda":
         if first:
             torch.mm(dz_t.float(), h.float(), out=dw)
         else:
             dw.addmm_(dz_t.float(), h.float())
         return
+    _add_in_fp32(dw, dz_t, h, first)
+
+
+def _add_in_fp32(dw: torch.Tensor, dz_t: torch.Tensor, h: torch.Tensor, first: bool) -> None:
+    """CUDA's: the half product accumulated into fp32 dW by cuBLAS where torch can (add_weight_grad)."""
+    if not _MM_OUT_DTYPE[0]:
+        product = torch.mm(dz_t, h)  # rounded to the half dtype once, as stock's dW under autocast is
+        dw.copy_(product) if first else dw.add_(product)
+        return
     if first:
-        torch.mm(dz_t, h, out_dtype=torch.float32, out=dw)
+        try:
+            torch.mm(dz_t, h, out_dtype=torch.float32, out=dw)
+        except TypeError:  # no `out_dtype` keyword (torch < 2.8): checked on the host, before any kernel ran
+            _MM_OUT_DTYPE[0] = False
+            dw.copy_(torch.mm(dz_t, h))
         return
     if _ADDMM_INTO_FP32[0]:
         try:

@@ -105,8 +105,8 @@ def _measure(what, hidden, linear, softcap, temperature, want_stats, chunked) ->
     try:
         timing = device_timing.measured("fused head", hidden.device, what, step_of(chunked), step_of(trl))
     except Exception as error:  # TRL's Triton kernel on a GPU it was not built for, an older torch's check
-        warn_once(f"turbotrain: TRL's fused LM head kernel failed while timed ({type(error).__name__}: {error}); "
-                  "the chunked head answers these calls")  # fmt: skip
+        warn_once(f"turbotrain: timing TRL's fused LM head kernel against the chunked head failed "
+                  f"({type(error).__name__}: {error}); the chunked head answers these calls")  # fmt: skip
         return CHUNKED
     return TRL if timing is not None and timing.pass_ms < timing.stock_ms else CHUNKED
 

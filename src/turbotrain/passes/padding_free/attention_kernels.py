@@ -85,10 +85,7 @@ class PackedCall:
         call's device (it casts SDPA and the matmuls of eager attention; under `bf16=True` with fp32 weights
         rotary models hand over fp32 queries and keys beside a bf16 value), the query's otherwise. The fused
         kernels take their inputs in it, as the model's function does."""
-        device = self.query.device.type
-        if torch.is_autocast_enabled(device) and self.query.dtype in _CAST_BY_AUTOCAST:
-            return torch.get_autocast_dtype(device)
-        return self.query.dtype
+        return _autocast_dtype(self.query.device.type, self.query.dtype) or self.query.dtype
 
     def in_compute_dtype(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """query, key and value in `compute_dtype` (the tensors themselves where they are in it already)."""
@@ -108,6 +105,18 @@ class PackedCall:
         if self.original == "sdpa":
             call["is_causal"] = self.causal  # Transformers' SDPA leaves it to a mask where one is given
         return call
+
+
+def _autocast_dtype(device_type: str, dtype: torch.dtype) -> torch.dtype | None:
+    """Autocast's dtype where it is on for `device_type` and casts `dtype`; None elsewhere, and for device types
+    autocast does not know (meta; mps before torch 2.5), which it answers with an error."""
+    if dtype not in _CAST_BY_AUTOCAST:
+        return None
+    try:
+        enabled = torch.is_autocast_enabled(device_type)
+    except RuntimeError:
+        return None
+    return torch.get_autocast_dtype(device_type) if enabled else None
 
 
 def _tokens(x: torch.Tensor) -> torch.Tensor:

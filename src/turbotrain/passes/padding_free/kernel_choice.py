@@ -37,6 +37,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from turbotrain.boundaries import torch_boundary
+from turbotrain.passes.device_timing import own_random_numbers
 from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable, forcible
 from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
 from turbotrain.utils.warnings import warn_once
@@ -50,7 +51,7 @@ HALF_TOLERANCE = 5e-2  # of a tensor's largest value: kernels agreeing in bf16/f
 CHOSEN: dict[CallKind, str] = {}
 USED: dict[str, int] = {}  # kernel -> training calls it took in this process (the run's summary)
 _failed: dict[str, set[tuple[str, str]]] = {}  # kernel -> the (device type, compute dtype) where it raised
-_confirmed: set[tuple[str, bool]] = set()  # (compiled kernel, with backward) that ran in this process
+_confirmed: set[tuple] = set()  # (compiled kernel, with backward, device type, compute dtype) that ran here
 COMPILED = frozenset({"flex"})
 _forced: list[str] = []
 
@@ -192,16 +193,17 @@ def _runs(call: PackedCall, name: str, training: bool) -> bool:
     """Whether a kernel that compiles (`COMPILED`), chosen by an earlier process, runs here, backward included: its
     compile errors surface in the first call (in the step's backward otherwise, past any fallback); one that
     fails is dropped with a warning. Not tried under saved-tensor hooks (the caller measures later)."""
-    if (name, training) in _confirmed:
+    if (name, training, *_scope(call)) in _confirmed:
         return True
     if torch_boundary.saved_tensors_hooks_active():
         return False
     try:
-        _run_once(call, name, training)
+        with own_random_numbers(call.query.device):
+            _run_once(call, name, training)
     except Exception as error:
         _drop(name, error, call)
         return False
-    _confirmed.add((name, training))
+    _confirmed.add((name, training, *_scope(call)))
     return True
 
 
@@ -226,7 +228,14 @@ def fastest_exact(timings: dict[str, float], names: list[str]) -> str:
 
 def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str = "these calls") -> dict[str, float]:
     """Kernel name -> median seconds of `call` through it (forward, and backward in `training`), for each of
-    `names` that agrees with per_length (always measured first: the reference); the others are warned about."""
+    `names` that agrees with per_length (always measured first: the reference); the others are warned about.
+    The run's random numbers are as before (the timing's dropout draws are forked off: a reentrant checkpoint's
+    recompute would otherwise draw other masks than its forward did)."""
+    with own_random_numbers(call.query.device):
+        return _timed_kernels(call, names, training, what)
+
+
+def _timed_kernels(call: PackedCall, names: list[str], training: bool, what: str) -> dict[str, float]:
     reference = None
     timings: dict[str, float] = {}
     formula = call.without_dropout()  # compared without dropout (no two kernels draw alike), timed with it
@@ -240,7 +249,7 @@ def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str 
                           f"({what}); it is not used for such calls")  # fmt: skip
                 continue
             timings[name] = _median_seconds(call, name, training)
-            _confirmed.add((name, training))
+            _confirmed.add((name, training, *_scope(call)))
         except Exception as error:
             if name == "per_length":
                 raise
@@ -270,7 +279,9 @@ def _agrees(got: list, expected: list, dtype: torch.dtype) -> bool:
     """Whether a kernel's output and gradients are per_length's to float rounding: in fp32 element by element
     (1e-4); in half precision the largest difference within `HALF_TOLERANCE` of the tensor's largest value (bf16
     keeps 8 bits, so sums over hundreds of keys differ elementwise by several of its steps between two exact
-    kernels, while a key let in or left out moves outputs by the values' own size)."""
+    kernels). That bound catches wrong key sets that move outputs by their own size (causality, segments, rows'
+    tails, a sequence's first queries), not a window one key off (about 1/L of an output): the CUDA tests against
+    padded stock (tests/passes/test_packed_attention_cuda.py) hold the windows."""
     return all(_same(a, b, dtype) for a, b in zip(got, expected))
 
 
