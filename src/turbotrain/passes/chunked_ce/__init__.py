@@ -281,6 +281,7 @@ class ChunkedHead:
     def project(self, hidden: torch.Tensor) -> torch.Tensor:
         call, linear = self.call, modeling.output_linear(self.projection)
         flat = hidden.reshape(-1, hidden.shape[-1])  # label sparsity gathered: [K, H]
+        call.targets = call.targets.to(linear.weight.device, non_blocking=True)  # the labels' device may be another
         if call.fused is None:
             call.nll, call.entropy, call.is_top1, _ = self._projected(flat, linear, call.targets, call.want_stats)
             return placeholder(call.nll, hidden)

@@ -258,6 +258,7 @@ class LabelSparsity(HookedPass):
                 f"{tuple(hidden.shape)}, not [batch, seq, hidden] matching the labels; disable it with "
                 "label_sparsity=False for this model."
             )
+        rows = rows.to(hidden.device, non_blocking=True)  # a model split over devices (device_map): the body's last
         gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, rows)
         return (gathered, *args[1:])
 
