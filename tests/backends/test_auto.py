@@ -174,6 +174,7 @@ def key_args(**changes):
         gradient_accumulation_steps=1,
         gradient_checkpointing=False,
         world_size=1,
+        n_gpu=1,
     )
     return SimpleNamespace(**{**base, **changes})
 
@@ -188,6 +189,9 @@ def test_the_cache_key_holds_what_changes_the_answer():
     other_attention.config._attn_implementation = "eager"
     optimized = make("gpt2", dropout=False)
     optimize(optimized, padding_free=False)
+    frozen_but_the_head = make("gpt2", dropout=False)
+    for name, parameter in frozen_but_the_head.named_parameters():
+        parameter.requires_grad_(name.startswith("transformer.ln_f"))
     variants = [
         run_key_parts(key_args(), model, "model", "512"),  # length
         run_key_parts(key_args(world_size=4), model, "model", "128"),
@@ -197,6 +201,8 @@ def test_the_cache_key_holds_what_changes_the_answer():
         run_key_parts(key_args(), other_attention, "model", "128"),
         run_key_parts(key_args(), optimized, "model", "128"),  # the passes installed
         run_key_parts(key_args(), make("gpt2", dropout=False), "blocks", "128"),
+        run_key_parts(key_args(), frozen_but_the_head, "model", "128"),  # LoRA-like: few weights train
+        run_key_parts(key_args(n_gpu=2), model, "model", "128"),
     ]
     assert all(variant != base for variant in variants)
 
@@ -206,6 +212,40 @@ def test_length_bucket_of_the_first_examples():
     assert length_bucket(loader) == "128"
     assert length_bucket(torch.utils.data.DataLoader([{"input_features": [0.0]}])) == "?"
     assert length_bucket(None) == "?"
+
+
+class AugmentingDataset(torch.utils.data.Dataset):
+    """Examples a transform changes at random (a random crop of the tokens), drawing from all three generators."""
+
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, index):
+        import random
+
+        import numpy
+
+        keep = 20 + random.randrange(5) + int(numpy.random.randint(5)) + int(torch.randint(5, ()))
+        return {"input_ids": list(range(keep))}
+
+
+def test_reading_the_lengths_leaves_the_runs_random_generators_as_they_were():
+    """auto sizes its cache key from the first examples; a transform that augments would otherwise move the
+    generators the run draws from next (the sampler's shuffle, dropout masks): auto would train on other random
+    numbers than eager."""
+    import random
+
+    import numpy
+
+    def draws():
+        return random.random(), float(numpy.random.rand()), float(torch.rand(()))
+
+    loader = torch.utils.data.DataLoader(AugmentingDataset())
+    random.seed(0), numpy.random.seed(0), torch.manual_seed(0)
+    expected = draws()
+    random.seed(0), numpy.random.seed(0), torch.manual_seed(0)
+    assert length_bucket(loader) == "32"
+    assert draws() == expected
 
 
 class SteppedChooser:

@@ -59,6 +59,7 @@ from turbotrain.modeling import unwrap
 from turbotrain.passes.optimize import REPORT_ATTRIBUTE
 from turbotrain.utils.cache import digest, read_entry, write_entry
 from turbotrain.utils.cpu import cpu_model
+from turbotrain.utils.random_state import random_state_kept
 
 logger = logging.getLogger("turbotrain")
 CACHE_FILE = "auto_backend.json"
@@ -98,6 +99,7 @@ def run_key_parts(args: TrainingArguments, model: nn.Module, scope: str, length:
     if config is None:  # its sizes are its parameters'
         sizes[0] = f"{sum(p.numel() for p in inner.parameters())} parameters"
     first = next(inner.parameters(), None)
+    trained = sum(p.numel() for p in model.parameters() if p.requires_grad)  # LoRA's adapters, or every weight
     report = getattr(model, REPORT_ATTRIBUTE, None)
     passes = ",".join(report.applied) if report is not None else "none"
     return [
@@ -113,17 +115,22 @@ def run_key_parts(args: TrainingArguments, model: nn.Module, scope: str, length:
         str(args.gradient_accumulation_steps),
         str(bool(args.gradient_checkpointing)),
         str(args.world_size),
+        str(getattr(args, "n_gpu", 1)),  # nn.DataParallel over that many
+        f"{trained} trained",
+        f"tf32 {torch.backends.cuda.matmul.allow_tf32}" if args.device.type == "cuda" else "",
         scope,
         length,
     ]
 
 
 def length_bucket(dataloader) -> str:
-    """The power of two at or above the longest of the first training examples (or "?" when unknown)."""
+    """The power of two at or above the longest of the first training examples (or "?" when unknown). Read with
+    the run's random generators kept: a transform that augments would otherwise move them (utils/random_state.py)."""
     try:
         dataset = dataloader.dataset
         count = min(len(dataset), LENGTH_SAMPLE)
-        longest = max(len(dataset[i]["input_ids"]) for i in range(count))
+        with random_state_kept():
+            longest = max(len(dataset[i]["input_ids"]) for i in range(count))
     except Exception:  # an iterable dataset, examples without input_ids (speech, images): no length part
         return "?"
     return str(1 << max(longest - 1, 0).bit_length())
@@ -276,14 +283,14 @@ class AutoChooser(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         if self.measuring:
-            _sync()
+            _sync(getattr(args, "device", None))
             self.compiles_before = compiles_so_far()
             self.started = time.perf_counter()
 
     def on_step_end(self, args, state, control, **kwargs):
         if not self.measuring:
             return
-        _sync()
+        _sync(getattr(args, "device", None))
         seconds = time.perf_counter() - self.started
         self.step += 1
         m = self.backend.options.measure_steps
@@ -363,6 +370,6 @@ def _figures(entry: dict) -> str:
     return ", ".join(shown)
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+def _sync(device: torch.device | None) -> None:
+    if device is not None and device.type == "cuda":  # not merely where CUDA is there: a CPU run on a GPU machine makes no CUDA context
+        torch.cuda.synchronize(device)
