@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.trainer_helpers import assert_losses_close, stock_trainer, train_losses, turbo_trainer
 
@@ -49,3 +50,19 @@ def test_inductor_with_packing_stops_recompiling_and_matches_stock(tmp_path, mon
     turbo_losses = train_losses(turbo)
     assert counter.after_step[3] == counter.after_step[-1], f"compiles per step: {counter.after_step}"
     assert_losses_close(turbo_losses, train_losses(build(Trainer, TrainingArguments)), rtol=1e-4)
+
+
+def test_inductor_on_cuda_without_triton_is_refused_before_any_step(monkeypatch):
+    """Without Triton, Inductor's first CUDA compile raises mid-run ("Cannot find a working triton installation")."""
+    from types import SimpleNamespace
+
+    from turbotrain.backends import BackendUnavailable
+    from turbotrain.backends.inductor import InductorBackend
+    from turbotrain.boundaries import torch_boundary
+
+    args = SimpleNamespace(device=torch.device("cuda", 0), torch_compile=False, torch_compile_backend=None)
+    monkeypatch.setattr(torch_boundary, "has_triton", lambda: False)
+    with pytest.raises(BackendUnavailable, match="needs Triton"):
+        InductorBackend().check_available(args)
+    monkeypatch.setattr(torch_boundary, "has_triton", lambda: True)
+    InductorBackend().check_available(args)

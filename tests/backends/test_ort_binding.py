@@ -63,6 +63,39 @@ def test_cpu_providers_get_no_options():
     assert ort_binding.provider_options((ort_binding.CUDA_PROVIDER, "CPUExecutionProvider"), None) == [{}, {}]
 
 
+def test_the_cuda_provider_follows_torchs_tf32_setting():
+    """ONNX Runtime's CUDA EP defaults TF32 on, torch's matmuls off: fp32 graphs would round differently from eager
+    (~1e-3) and fail the first-run check."""
+    stream = type("Stream", (), {"device_index": 0, "handle": 1234})()
+    providers = (ort_binding.CUDA_PROVIDER, "CPUExecutionProvider")
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allowed, expected in ((False, "0"), (True, "1")):
+            torch.backends.cuda.matmul.allow_tf32 = allowed
+            cuda, cpu = ort_binding.provider_options(providers, stream)
+            assert cuda["use_tf32"] == expected and cuda["user_compute_stream"] == "1234" and cpu == {}
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_a_session_whose_cuda_provider_did_not_load_is_refused():
+    """ONNX Runtime makes a CPU-only session when the CUDA EP's libraries are missing, logging the error."""
+    loaded = type("Session", (), {"get_providers": lambda self: ["CPUExecutionProvider"]})()
+    ort_binding.require_providers_loaded(loaded, ("CPUExecutionProvider",))
+    with pytest.raises(BackendUnavailable, match="could not load CUDAExecutionProvider"):
+        ort_binding.require_providers_loaded(loaded, (ort_binding.CUDA_PROVIDER, "CPUExecutionProvider"))
+
+
+def test_the_first_run_check_allows_half_precisions_rounding_not_more():
+    from turbotrain.backends.ort_graph import _first_mismatch
+
+    eager = torch.linspace(-4, 4, 64)
+    one_step = eager + 4 * 2**-8  # a bf16 rounding step at the largest value
+    assert _first_mismatch([one_step.bfloat16()], [eager.bfloat16()], ["logits"]) is None
+    assert _first_mismatch([one_step], [eager], ["logits"]) is not None  # fp32 holds 1e-4
+    assert _first_mismatch([(eager + 0.5).bfloat16()], [eager.bfloat16()], ["logits"]) is not None
+
+
 @pytest.mark.parametrize("case", [("llama", False, True), ("gpt2", True, False)])
 def test_outputs_written_into_torch_tensors_give_eagers_numbers(case, monkeypatch):
     family, dropout, label_sparsity = case

@@ -99,6 +99,8 @@ class InductorBackend(Backend):
         refuse_trainer_compile(self.name, args)
         if args.device.type == "cpu" and shutil.which("g++") is None and shutil.which("c++") is None:
             raise BackendUnavailable("backend='inductor' on CPU needs a C++ compiler (g++) on PATH")
+        if args.device.type == "cuda" and not torch_boundary.has_triton():  # else the first compiled step raises
+            raise BackendUnavailable("backend='inductor' on CUDA needs Triton (pip install triton, matching torch)")
 
     def wrap_model(self, model: nn.Module) -> nn.Module:
         self.compiled = compile_regions(model, self.options.scope)

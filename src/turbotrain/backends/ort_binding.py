@@ -72,6 +72,17 @@ def check_device(device: torch.device, providers: tuple[str, ...]) -> None:
         )
 
 
+def require_providers_loaded(session, providers: tuple[str, ...]) -> None:
+    """Refuse a session whose CUDA provider did not load (missing cuDNN or cuBLAS libraries: ONNX Runtime logs the
+    error and makes a CPU-only session, whose device pointers would fail at run time with an unclear message)."""
+    loaded = session.get_providers()
+    if CUDA_PROVIDER in providers and CUDA_PROVIDER not in loaded:
+        raise BackendUnavailable(
+            f"backend 'onnxruntime': ONNX Runtime could not load {CUDA_PROVIDER} (the session has {loaded}); "
+            "its CUDA libraries (cuDNN, cuBLAS) must match onnxruntime-gpu's build: see ONNX Runtime's log above"
+        )
+
+
 def provider_options(providers: tuple[str, ...], stream: OrtStream | None) -> list[dict]:
     """One options dict per provider: CUDA EP on the stream's device and stream, arena grown as asked."""
     options = []
@@ -82,6 +93,9 @@ def provider_options(providers: tuple[str, ...], stream: OrtStream | None) -> li
                     "device_id": str(stream.device_index),
                     "user_compute_stream": str(stream.handle),
                     "arena_extend_strategy": "kSameAsRequested",  # not the next power of two beside torch's allocator
+                    # ONNX Runtime's CUDA EP defaults TF32 on; torch's matmuls default it off: fp32 graphs follow
+                    # torch's setting, or they differ from eager by TF32's rounding (~1e-3) and fall back
+                    "use_tf32": str(int(torch.backends.cuda.matmul.allow_tf32)),
                 }
             )
         else:

@@ -32,6 +32,13 @@ def inductor_compile(graph_module: torch.fx.GraphModule, example_inputs, config_
     return compile_fx(graph_module, example_inputs, config_patches=dict(config_patches))
 
 
+def has_triton() -> bool:
+    """Whether Inductor finds a working Triton (its GPU code generator; `torch.utils._triton.has_triton`)."""
+    from torch.utils._triton import has_triton as torch_has_triton
+
+    return bool(torch_has_triton())
+
+
 def uncompile(module: nn.Module) -> None:
     module._compiled_call_impl = None
 
