@@ -3,6 +3,8 @@ the user's own setting kept, a refusal when it is too late, nothing for CPU runs
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -35,3 +37,18 @@ def test_cpu_runs_are_left_alone():
 
 def test_no_gpu_client_on_this_machine():
     assert jax_gpu_started() is False  # jax here runs on the CPU (or was never started)
+
+
+@pytest.mark.requires_xla
+def test_a_cpu_only_jax_beside_a_gpu_model_is_said():
+    """A CPU-only jaxlib on a GPU machine would step on the CPU with the GPU idle: one warning naming what to do."""
+
+    from turbotrain.backends.xla.loop import warn_if_accelerator_idle
+    from turbotrain.utils.warnings import TurbotrainWarning
+
+    with pytest.warns(TurbotrainWarning, match="steps on jax's CPU devices, while the model is on cuda"):
+        warn_if_accelerator_idle(torch.device("cuda", 0), ["cpu", "cpu"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_if_accelerator_idle(torch.device("cpu"), ["cpu"])  # a CPU run: nothing to say
+        warn_if_accelerator_idle(torch.device("cuda", 0), ["gpu"])

@@ -48,6 +48,7 @@ from turbotrain.backends.xla.state import TrainState, split_parameters, torch_mo
 from turbotrain.backends.xla.step import CompiledStep
 from turbotrain.backends.xla.watchdog import is_lost_peer, stop_process, watch_hosts
 from turbotrain.boundaries import hf_boundary
+from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 ADAMW_OPTIMS = ("adamw_torch", "adamw_torch_fused")
@@ -202,6 +203,7 @@ class XlaRun:
         model.train()
         step = self.step = self._build_step(trainer.model)
         layout = self._layout(trainer.model)
+        warn_if_accelerator_idle(args.device, [d.platform for d in self.mesh.devices.flat])
         logger.info(
             "turbotrain xla: %d steps, batch %d over %d device(s) on %d host(s) %s, %d trainable parameters, "
             "shard=%s, %s bytes of parameters + AdamW per device",
@@ -305,3 +307,14 @@ class XlaRun:
             control.should_save = False  # not this host's to write (Trainer without torch.distributed)
         norm = float(grad_norm) if (control.should_log and grad_norm is not None) else None
         hf_boundary.log_save_evaluate(trainer, norm, trial, epoch, ignore_keys, start_time, learning_rate)
+
+
+def warn_if_accelerator_idle(device: torch.device, platforms: list[str]) -> None:
+    """Say so where jax steps on the CPU while the model sits on an accelerator (a CPU-only jaxlib on a GPU machine:
+    the run would train on the CPU, slowly, with the GPU idle)."""
+    if device.type != "cpu" and platforms and all(platform == "cpu" for platform in platforms):
+        warn_once(
+            f"turbotrain: backend 'xla' steps on jax's CPU devices, while the model is on {device.type}: this jaxlib "
+            "has no GPU support; install one that has (pip install 'jax[cuda12]' on NVIDIA GPUs) or choose "
+            "backend='inductor'"
+        )
