@@ -14,18 +14,17 @@ medians kept (gradients of the input and of every trainable parameter, none accu
 synchronised on CUDA. The pass installs where its median is at most the module's own. The key: the device's
 name, torch's, PEFT's and TRL's versions, the pass, the module's shape (with what changes its cost: LoRA or not,
 trainable or frozen), dtype and autocast. The timing draws its inputs from a generator of its own and runs
-inside `torch.random.fork_rng` (dropout in a timed module), so a run's random numbers (dropout masks, GRPO's
+inside `utils.random_state.random_state_kept` (dropout in a timed module), so a run's random numbers (dropout masks, GRPO's
 sampling) are the same whether the timing ran or came from the cache.
 Exactness is not decided here: each pass's own install check runs as before.
 """
 
 from __future__ import annotations
 
-import contextlib
 import importlib.metadata
 import statistics
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +32,7 @@ from torch import nn
 
 from turbotrain.passes.self_check import current_precision
 from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
+from turbotrain.utils.random_state import random_state_kept
 from turbotrain.utils.warnings import warn_once
 
 CACHE_FILE = "pass_timing.json"
@@ -115,7 +115,7 @@ def measured(pass_name: str, device: torch.device, what: tuple, stock_step: Call
     cached = read_entry(CACHE_FILE, key)
     if isinstance(cached, dict) and {"stock_ms", "pass_ms"} <= set(cached):
         return Timing(float(cached["stock_ms"]), float(cached["pass_ms"]))
-    with torch.enable_grad(), own_random_numbers(device):
+    with torch.enable_grad(), random_state_kept(device):
         timing = Timing(*_medians_ms(stock_step, pass_step, device))
     entry = {"pass": pass_name, "shape": [str(part) for part in what], "device": device_name(device)}
     write_entry(
@@ -127,14 +127,6 @@ def measured(pass_name: str, device: torch.device, what: tuple, stock_step: Call
 def generator(device: torch.device) -> torch.Generator:
     """A seeded generator of the timing's own for its random inputs (the run's generators stay untouched)."""
     return torch.Generator(device=device).manual_seed(0)
-
-
-@contextlib.contextmanager
-def own_random_numbers(device: torch.device) -> Iterator[None]:
-    """The CPU's and `device`'s random states as they were before, whatever the timed steps drew (dropout)."""
-    devices = [device] if device.type != "cpu" else []
-    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
-        yield
 
 
 def _versions() -> str:

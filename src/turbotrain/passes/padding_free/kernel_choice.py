@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 import torch
 
 from turbotrain.boundaries import torch_boundary
-from turbotrain.passes.device_timing import own_random_numbers
 from turbotrain.passes.padding_free.attention_kernels import KERNELS, PackedCall, applicable, forcible
 from turbotrain.utils.cache import device_name, digest, read_entry, write_entry
+from turbotrain.utils.random_state import random_state_kept
 from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
@@ -198,7 +198,7 @@ def _runs(call: PackedCall, name: str, training: bool) -> bool:
     if torch_boundary.saved_tensors_hooks_active():
         return False
     try:
-        with own_random_numbers(call.query.device):
+        with random_state_kept(call.query.device):
             _run_once(call, name, training)
     except Exception as error:
         _drop(name, error, call)
@@ -231,7 +231,7 @@ def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str 
     `names` that agrees with per_length (always measured first: the reference); the others are warned about.
     The run's random numbers are as before (the timing's dropout draws are forked off: a reentrant checkpoint's
     recompute would otherwise draw other masks than its forward did)."""
-    with own_random_numbers(call.query.device):
+    with random_state_kept(call.query.device):
         return _timed_kernels(call, names, training, what)
 
 
