@@ -12,6 +12,8 @@ Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each 
   backends  inductor and onnxruntime one step against eager; xla three Trainer steps against stock
   kernels   packed attention's exact kernels timed at published layouts on chat-like lengths, and the measured
             choice against stock + flattening's (scripts/gpu_check_kernels.py)
+  heads     the LM head and its loss at the two shapes' vocabularies, each way (stock, turbotrain's chunked head
+            with eager or fused softmax, TRL's kernel, Liger's): time and peak memory (scripts/gpu_check_heads.py)
   sharded   DeepSpeed ZeRO-3 and FSDP2 (torchrun, a process per GPU): losses and weights against stock under each
   bench     sft, sft-lora, clm, mlm, asr in bf16: tokens/s, MFU (H200 bf16 peak), peak memory, loss vs stock
   realshape Qwen2.5-0.5B and Llama-3.2-1B shapes: SFT full and LoRA, DPO; 3 interleaved rounds, medians (not
@@ -45,7 +47,7 @@ os.environ.setdefault("TURBOTRAIN_CACHE", tempfile.mkdtemp(prefix="turbotrain-gp
 
 import torch  # noqa: E402
 
-SECTIONS = ("parity", "sync", "backends", "kernels", "sharded", "bench", "realshape")
+SECTIONS = ("parity", "sync", "backends", "kernels", "heads", "sharded", "bench", "realshape")
 DEFAULT_SECTIONS = SECTIONS[:-1]
 NEED_S = {"torch_compile": 75.0}  # seconds a row needs left to start (compiling rows more)
 DEFAULT_NEED_S = 20.0
@@ -225,6 +227,12 @@ def run(
         rows = kernel_rows(device, quick, kernel_lengths)
         checked += rows
         parts.append("## Packed attention kernels (forward and backward of one layer's call)\n\n" + markdown(rows))
+    if "heads" in sections:
+        from scripts.gpu_check_heads import head_rows
+
+        rows = head_rows(device, quick)
+        checked += rows
+        parts.append("## LM heads (forward and backward of the mean NLL on the kept rows)\n\n" + markdown(rows))
     if "sharded" in sections:
         from scripts.gpu_check_sharded import sharded_rows
 

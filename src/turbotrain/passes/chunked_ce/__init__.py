@@ -38,8 +38,9 @@ the head is outside the checkpointed layers, so nothing changes.
 Memory: one chunk of logits [chunk_rows, V] fp32 plus dW [V, H] (fp32) instead of [K, V] logits,
 their softmax and their gradient.
 On CUDA (chunked_ce/cuda.py): the matmuls run in the run's autocast dtype (bf16/fp16) with dW summed in
-fp32, chunks of max(H, 2,048) rows, and the backward reads no value back to the host. The CPU op is
-unchanged.
+fp32, chunks of max(H, 2,048) rows, and the backward reads no value back to the host; each chunk's softmax and
+gradient run as one Inductor-compiled kernel where the device measured it faster (chunked_ce/fused_epilogue.py).
+The CPU op is unchanged.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from torch import nn
 
 from turbotrain import modeling
 from turbotrain.passes import fused_head_calls
-from turbotrain.passes.chunked_ce import cuda, head_choice
+from turbotrain.passes.chunked_ce import cuda, fused_epilogue, head_choice
 from turbotrain.passes.chunked_ce.logprobs import head_logits, linear_log_probs
 from turbotrain.passes.registry import PassOptions, option, register_pass
 from turbotrain.passes.self_check import check_forced, never_raises
@@ -76,8 +77,11 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 # --- op ----------------------------------------------------------------------------------------------
 
 
-def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype):
-    """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None)."""
+def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype, fused=None):
+    """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None); `fused`: the
+    softmax and gradient as one compiled function of the matmul's output (chunked_ce/fused_epilogue.py)."""
+    if fused is not None:
+        return fused(h @ weight.T, bias, target, softcap, want_stats)  # [C, H] x [H, V] -> [C, V]
     z, tanh = head_logits(h, weight, bias, softcap)  # [C, V] fp32
     lse = torch.logsumexp(z, dim=1)  # [C]
     rows = torch.arange(z.shape[0], device=z.device)
@@ -103,17 +107,19 @@ class LinearCrossEntropy(torch.autograd.Function):
     dtype with dW summed in fp32 (chunked_ce/cuda.py, chosen on CUDA)."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats, compute_dtype=None):
+    def forward(ctx, hidden, weight, bias, targets, softcap, chunk_rows, want_stats, compute_dtype=None, fuse=True):
         if cuda.PENDING.pending:
             cuda.PENDING.raise_if_unequal()
         if compute_dtype is not None:
-            return _forward_in(ctx, compute_dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats)
+            args = (hidden, weight, bias, targets, softcap, chunk_rows, want_stats, fuse)
+            return _forward_in(ctx, compute_dtype, *args)
         rows = hidden.shape[0]
         nll, entropy, is_top1, dh, dw, db = _outputs(ctx, hidden, weight, bias, want_stats)
+        fused = _fused(fuse, hidden.device, weight, bias, chunk_rows, softcap, want_stats, weight.dtype)
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
             h = hidden[part]
-            nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats, weight.dtype)
+            nll[part], dz, ent, top1 = _chunk(h, weight, bias, targets[part], softcap, want_stats, weight.dtype, fused)
             if want_stats:
                 entropy[part], is_top1[part] = ent, top1
             if dh is not None:
@@ -139,7 +145,18 @@ class LinearCrossEntropy(torch.autograd.Function):
             # in place: the saved sums are used once (no retain_graph through a training loss)
             grad_w = dw.mul_(scale).to(ctx.dtypes[0]) if dw is not None else None
             grad_b = db.mul_(scale).to(ctx.dtypes[1]) if db is not None else None
-        return grad_h, grad_w, grad_b, None, None, None, None, None
+        return grad_h, grad_w, grad_b, None, None, None, None, None, None
+
+
+def _fused(fuse, device, weight, bias, chunk_rows, softcap, want_stats, grad_dtype):
+    """The fused softmax and gradient where `fuse` asks for it and the device measured it faster, else None."""
+    if not fuse:
+        return None
+
+    def eager(h, target):
+        return _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype)
+
+    return fused_epilogue.fused_for(device, weight, bias, chunk_rows, softcap, want_stats, eager)
 
 
 def _saved(ctx, weight, bias, gradients, outputs):
@@ -166,16 +183,17 @@ def _outputs(ctx, hidden, weight, bias, want_stats: bool):
     return nll, entropy, is_top1, dh, dw, db
 
 
-def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats):
+def _forward_in(ctx, dtype, hidden, weight, bias, targets, softcap, chunk_rows, want_stats, fuse=True):
     """The forward with its matmuls in the half `dtype`, dW summed in fp32 (chunked_ce/cuda.py)."""
     rows = hidden.shape[0]
     nll, entropy, is_top1, dh, dw, db = _outputs(ctx, hidden, weight, bias, want_stats)
     with torch.autocast(hidden.device.type, enabled=False):  # every input is cast here, once
         w = weight.to(dtype)  # [V, H]
+        fused = _fused(fuse, hidden.device, w, bias, chunk_rows, softcap, want_stats, dtype)
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
             h = hidden[part].to(dtype)
-            nll[part], dz, ent, top1 = _chunk(h, w, bias, targets[part], softcap, want_stats, dtype)
+            nll[part], dz, ent, top1 = _chunk(h, w, bias, targets[part], softcap, want_stats, dtype, fused)
             if want_stats:
                 entropy[part], is_top1[part] = ent, top1
             if dh is not None:
