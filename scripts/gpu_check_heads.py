@@ -5,15 +5,17 @@ Per shape (Qwen2.5-0.5B: hidden 896, vocabulary 151,936; Llama-3.2-1B: 2,048 and
 4,096 kept rows (a realshape SFT batch's completion tokens), fp32 weights under bf16 autocast (Trainer's bf16=True),
 the mean NLL's forward and backward (gradients of the rows and the weight):
 * `stock`: Transformers' causal-LM loss on the rows: bf16 logits [K, V], upcast, cross-entropy;
-* `chunked, eager softmax`: turbotrain's chunked head (passes/chunked_ce) with its per-chunk softmax and gradient
-  in eager torch ops (its op before 2026-12-05);
-* `chunked, fused softmax`: the same with them fused by Inductor (chunked_ce/fused_epilogue.py; CUDA with Triton);
+* `sft op, eager softmax`: turbotrain's chunked head (passes/chunked_ce, the op SFT's calls take: dW summed in
+  the forward) with its per-chunk softmax and gradient in eager torch ops (its op before 2026-12-05, late);
+* `sft op, fused softmax`: the same with them fused by Inductor (chunked_ce/fused_epilogue.py; CUDA with Triton);
+* `per-row op, eager / fused softmax`: the op DPO, KTO, GRPO and RLOO calls take (chunked_ce/logprobs.py: any
+  per-row weight, the logits recomputed in the backward), eager and fused;
 * `trl kernel`: TRL's fused LM head (`trl.kernels.ChunkedLogProbFunction`, what TRL >= 1.15's trainers run on a GPU);
 * `liger`: Liger's fused linear cross-entropy, where liger-kernel is installed.
 Each: one warm-up (the compile), then the median of 3, CUDA synchronised; peak memory above the inputs, from the
 allocator's peak. `result`: the loss within 1e-2 relative of stock's (bf16), the rows' and the weight's gradients
-within 2e-2 of their scale; `turbotrain takes`: the epilogue the measured choice took (fused_epilogue.fused_for) on this device.
-`--quick` on the CPU: hidden 64, vocabulary 4,096, 256 rows, fp32 (the fused row needs CUDA with Triton).
+within 2e-2 of their scale; `turbotrain takes`: the rows the measured choices took (fused_epilogue.chosen) on this
+device. `--quick` on the CPU: hidden 64, vocabulary 4,096, 256 rows, fp32 (the fused rows need CUDA with Triton).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ import torch.nn.functional as F
 
 SHAPES = {"qwen2.5-0.5b": (896, 151_936), "llama-3.2-1b": (2048, 128_256)}
 ROWS, QUICK = 4096, (64, 4096, 256)
-WAYS = ("stock", "chunked, eager softmax", "chunked, fused softmax", "trl kernel", "liger")
+OPS = {"sft op": ("softmax and gradient",), "per-row op": ("log-probabilities", "log-probability gradient")}
+WAYS = ("stock", *(f"{op}, {how} softmax" for op in OPS for how in ("eager", "fused")), "trl kernel", "liger")
 
 
 def head_rows(device: torch.device, quick: bool) -> list[dict]:
@@ -37,7 +40,7 @@ def head_rows(device: torch.device, quick: bool) -> list[dict]:
     kept = QUICK[2] if quick else ROWS
     for shape, (hidden, vocab) in shapes.items():
         inputs = _inputs(device, hidden, vocab, kept)
-        taken = _measured_choice(inputs, device)
+        taken = _measured_choices(inputs, device)
         reference = None
         for way in WAYS:
             row = {"shape": shape, "head": way, "rows": f"{kept:,}"}
@@ -56,8 +59,8 @@ def head_rows(device: torch.device, quick: bool) -> list[dict]:
                 reference = (loss, grads)
             else:
                 row["result"] = _agreement(loss, grads, reference)
-            if way.startswith("chunked"):
-                row["turbotrain takes"] = "yes" if way == taken else ""
+            if "softmax" in way:
+                row["turbotrain takes"] = "yes" if way in taken else ""
     return rows
 
 
@@ -72,7 +75,7 @@ def _inputs(device, hidden: int, vocab: int, rows: int):
 def _unavailable(way: str, device: torch.device) -> str | None:
     from turbotrain.passes.chunked_ce import fused_epilogue
 
-    if way == "chunked, fused softmax" and not fused_epilogue.compiles_on(device):
+    if way.endswith("fused softmax") and not fused_epilogue.compiles_on(device):
         return "needs CUDA with Triton (Inductor's GPU kernels)"
     if way == "trl kernel" and importlib.util.find_spec("trl") is None:
         return "trl not installed"
@@ -84,13 +87,13 @@ def _unavailable(way: str, device: torch.device) -> str | None:
     return None
 
 
-def _timed(way: str, inputs, device):
-    """(loss, (dh, dW), median ms, peak bytes above the inputs or None) of `way`'s forward and backward."""
+def _timed(way: str, inputs, device, repeats: int = 3):
+    """(loss, (dh, dW), median ms or None, peak bytes above the inputs or None) of `way`'s forward and backward."""
     step = _step(way, device)
     h, weight, targets = inputs
     result = step(h, weight, targets)  # warm-up: the compile, the choice's timing
     times, peak = [], None
-    for _ in range(3):
+    for _ in range(repeats):
         _synchronize(device)
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -101,7 +104,7 @@ def _timed(way: str, inputs, device):
         times.append((time.perf_counter() - start) * 1e3)
         if device.type == "cuda":
             peak = max(peak or 0, torch.cuda.max_memory_allocated(device) - base)
-    return *result, statistics.median(times), peak
+    return *result, statistics.median(times) if times else None, peak
 
 
 def _step(way: str, device: torch.device):
@@ -119,47 +122,54 @@ def _step(way: str, device: torch.device):
 
 @contextlib.contextmanager
 def _fused_always(way: str):
-    """The fused row runs the fused kernel whatever the measured choice says (the choice is its own column)."""
+    """A fused row runs the fused kernels and an eager row the eager chunks, whatever the measured choice says
+    (the choice is its own column); the other rows as they come."""
     from turbotrain.passes.chunked_ce import fused_epilogue
 
-    if way != "chunked, fused softmax":
+    if "softmax" not in way:
         yield
         return
-    chooser = fused_epilogue.fused_for
-    fused_epilogue.fused_for = lambda *args: fused_epilogue.compiled()
+    fused = way.endswith("fused softmax")
+    saved = fused_epilogue.applies, fused_epilogue.chosen
+    fused_epilogue.applies = lambda device: fused
+    fused_epilogue.chosen = lambda *args: fused
     try:
         yield
     finally:
-        fused_epilogue.fused_for = chooser
+        fused_epilogue.applies, fused_epilogue.chosen = saved
 
 
-def _measured_choice(inputs, device: torch.device) -> str:
-    """The chunked row turbotrain's own choice takes for this head (fused_epilogue.fused_for: timed on the device)."""
-    from turbotrain.passes.chunked_ce import _chunk, cuda, fused_epilogue
+def _measured_choices(inputs, device: torch.device) -> set[str]:
+    """The rows turbotrain's own measured choices take for this head (fused_epilogue.chosen, timed on the device
+    in one step of each op here): one per op."""
+    from turbotrain.passes.chunked_ce import fused_epilogue
 
     if not fused_epilogue.compiles_on(device):
-        return "chunked, eager softmax"
-    h, weight, _ = inputs
-    dtype = torch.bfloat16
-    w = weight.to(dtype)
-
-    def eager(rows, targets):
-        return _chunk(rows, w, None, targets, None, False, dtype)
-
-    fused = fused_epilogue.fused_for(device, w, None, cuda.cuda_chunk_rows(h.shape[1]), None, False, eager)
-    return "chunked, fused softmax" if fused is not None else "chunked, eager softmax"
+        return {f"{op}, eager softmax" for op in OPS}
+    _timed("sft op", inputs, device, repeats=0)
+    _timed("per-row op", inputs, device, repeats=0)
+    weight = inputs[1]
+    taken = set()
+    for op, whats in OPS.items():
+        answers = [
+            fused for key, fused in fused_epilogue._chosen.items() if key[0] in whats and key[1] == weight.shape[0]
+        ]
+        taken.add(f"{op}, {'fused' if answers and all(answers) else 'eager'} softmax")
+    return taken
 
 
 def _loss(way: str, h, weight, targets, half: bool):
-    from turbotrain.passes.chunked_ce import LinearCrossEntropy, chunk_rows_for, cuda, head_choice
+    from turbotrain.passes.chunked_ce import LinearCrossEntropy, chunk_rows_for, cuda, head_choice, logprobs
 
     if way == "stock":
         return F.cross_entropy(F.linear(h, weight).float(), targets)
-    if way.startswith("chunked"):
-        rows = cuda.cuda_chunk_rows(h.shape[1]) if h.device.type == "cuda" else chunk_rows_for(weight.shape[0])
+    on_cuda = h.device.type == "cuda"
+    rows = cuda.cuda_chunk_rows(h.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
+    if way.startswith("sft op"):
         dtype = torch.bfloat16 if half else None
-        fuse = way == "chunked, fused softmax"
-        return LinearCrossEntropy.apply(h, weight, None, targets, None, rows, False, dtype, fuse)[0].mean()
+        return LinearCrossEntropy.apply(h, weight, None, targets, None, rows, False, dtype)[0].mean()
+    if way.startswith("per-row op"):
+        return logprobs.linear_log_probs(h, weight, None, targets, chunk_rows=rows, want_stats=False)[0].mean()
     if way == "trl kernel":
         return head_choice.trl_projection(h, weight, None, targets, None, 1.0, False)[0].mean()
     from liger_kernel.transformers import LigerFusedLinearCrossEntropyLoss

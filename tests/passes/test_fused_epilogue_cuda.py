@@ -54,7 +54,7 @@ def head_step(fuse: bool, softcap=None, want_stats=False):
 @pytest.mark.parametrize("softcap,want_stats", [(None, False), (None, True), (30.0, False)])
 def test_tritons_chunk_is_the_eager_chunk(fused_wins, softcap, want_stats):
     fused, _ = head_step(True, softcap, want_stats)
-    assert fused_epilogue._chosen and all(choice is not None for choice in fused_epilogue._chosen.values())
+    assert fused_epilogue._chosen and all(fused_epilogue._chosen.values())
     eager, _ = head_step(False, softcap, want_stats)
     for a, b in zip(fused, eager):
         torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2 * b.abs().max().item())
@@ -66,3 +66,25 @@ def test_the_fused_chunk_holds_no_fp32_logits(fused_wins):
     _, eager_peak = head_step(False, want_stats=True)
     fp32_chunk = 2048 * VOCAB * 4
     assert eager_peak - fused_peak > fp32_chunk  # at least one fp32 [C, V] fewer
+
+
+@pytest.mark.parametrize("trained", [True, False])  # DPO's full fine-tune (recomputed backward), LoRA's frozen head
+def test_the_per_row_ops_fused_chunks_are_its_eager_ones(fused_wins, monkeypatch, trained):
+    from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
+
+    def run():
+        generator = torch.Generator(device="cuda").manual_seed(0)
+        h = torch.randn(ROWS, HIDDEN, device="cuda", generator=generator, requires_grad=True)
+        weight = (torch.randn(VOCAB, HIDDEN, device="cuda", generator=generator) * 0.05).requires_grad_(trained)
+        targets = torch.randint(0, VOCAB, (ROWS,), device="cuda", generator=generator)
+        row_weights = torch.randn(ROWS, device="cuda", generator=generator)  # DPO's per-sequence factors, signed
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            nll, entropy, is_top1, mean = linear_log_probs(h, weight, None, targets, temperature=0.7)
+        (nll * row_weights).sum().backward()
+        return [nll.detach(), entropy, mean, h.grad, *([weight.grad] if trained else [])]
+
+    fused = run()
+    assert fused_epilogue._chosen and all(fused_epilogue._chosen.values())
+    monkeypatch.setattr(fused_epilogue, "applies", lambda device: False)
+    for a, b in zip(fused, run()):
+        torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-2 * b.abs().max().item())

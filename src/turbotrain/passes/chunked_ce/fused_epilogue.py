@@ -16,16 +16,23 @@ counts: one graph for every chunk and batch), it becomes a few reductions and on
 read the half logits and write the half dz: ~10 bytes per logit and no fp32 [C, V] tensor (2·C·V bytes of
 logits plus 2·C·V of dz at the peak; soft-capping keeps one fp32 [C, V], its tanh).
 
-Exact: the same fp32 operations per element as the eager chunk; only the order of the reductions' sums
-differs (float order: tests/passes/test_fused_epilogue.py compares the two on the CPU's Inductor).
+The per-row op of DPO, KTO, GRPO and RLOO (chunked_ce/logprobs.py) gets the same treatment in two functions:
+`log_prob_stats` (its forward: lse, nll and TRL's statistics of the capped, temperature-scaled logits, rows
+only, no [C, V] output) and `weighted_gradient` (dz of any per-row weight, from the forward's lse: its backward's
+recomputed chunk, and a frozen head's unit gradient in the forward). A trained bias keeps the eager backward
+(its gradient is an fp32 sum of dz, which the fused chunk hands over in the half dtype).
 
-When (`fused_for`): on CUDA with Triton (Inductor's GPU code generator), outside a compiled region (there the
-whole head is Inductor's already), never on the CPU (whose op is the one measured in benchmarks/). The first
-call of each kind (vocabulary, hidden size, dtype, chunk rows, soft-cap, bias, statistics) times one chunk
-both ways (passes/device_timing.py `measured`: the compile in the untimed warm-up, medians of 5 alternating,
-cached in `pass_timing.json`), and the fused kernel answers where it was at most as slow; the choice is
-logged once with both times. If the compile or the timing raises, the eager chunk answers, said once in a
-warning naming the error.
+Exact: the same fp32 operations per element as the eager chunks; only the order of the reductions' sums
+differs (float order: tests/passes/test_fused_epilogue*.py compare them, once through the CPU's Inductor).
+
+When (`applies`, `chosen`): on CUDA with Triton (Inductor's GPU code generator), outside a compiled region
+(there the whole head is Inductor's already), never on the CPU (whose op is the one measured in benchmarks/).
+The first call of each kind (which chunk: the SFT op's, the per-row forward or backward; vocabulary, hidden
+size, dtype, autocast, chunk rows, soft-cap, temperature, bias, statistics, which gradients) times one chunk
+both ways without gradients, as the ops run them (passes/device_timing.py `measured`: the compile in the
+untimed warm-up, medians of 5 alternating, cached in `pass_timing.json`), and the fused kernel answers where it
+was at most as slow; the choice is logged once with both times. If the compile or the timing raises, the eager
+chunk answers, said once in a warning naming the error.
 """
 
 from __future__ import annotations
@@ -42,20 +49,14 @@ from turbotrain.utils.warnings import warn_once
 
 logger = logging.getLogger("turbotrain")
 
-NAME = "chunked head softmax and gradient, fused"
-_chosen: dict[tuple, Callable | None] = {}
+NAME = "chunked head, fused by Inductor"
+_chosen: dict[tuple, bool] = {}
 
 
 def softmax_gradient(logits, bias, target, softcap: float | None, want_stats: bool):
     """(nll [C] fp32, dz [C, V] in the logits' dtype, entropy [C] or None, is_top1 [C] or None) of one chunk's
     logits [C, V] (the head's matmul output; bias [V] or None added in fp32, as the eager chunk does)."""
-    z = logits.float()
-    if bias is not None:
-        z = z + bias.float()
-    tanh = None
-    if softcap:
-        tanh = torch.tanh(z / softcap)
-        z = tanh * softcap
+    z, tanh = _scaled(logits, bias, softcap)
     lse = torch.logsumexp(z, dim=1)  # [C]
     nll = lse - z.gather(1, target[:, None]).squeeze(1)
     probs = torch.exp(z - lse[:, None])
@@ -69,10 +70,52 @@ def softmax_gradient(logits, bias, target, softcap: float | None, want_stats: bo
     return nll, dz.to(logits.dtype), entropy, z.argmax(dim=1) == target
 
 
+def log_prob_stats(logits, bias, target, softcap: float | None, inv_t: float, want_stats: bool):
+    """(lse [C], nll [C], entropy, is_top1, mean logit [C] or None each) of one chunk's logits [C, V] for the
+    per-row op (chunked_ce/logprobs.py): soft-capped, then times `inv_t`, as its eager forward; no [C, V] output."""
+    z, _ = _scaled(logits, bias, softcap, inv_t)
+    lse = torch.logsumexp(z, dim=1)
+    nll = lse - z.gather(1, target[:, None]).squeeze(1)
+    if not want_stats:
+        return lse, nll, None, None, None
+    entropy = lse - (torch.exp(z - lse[:, None]) * z).sum(dim=1)
+    return lse, nll, entropy, z.argmax(dim=1) == target, z.mean(dim=1)
+
+
+def weighted_gradient(logits, bias, lse, target, row_weight, softcap: float | None, inv_t: float, out_dtype):
+    """dz [C, V] in `out_dtype` = row_weight [C] (or 1 where None) · (softmax(z) - onehot(target)) · inv_t
+    (· (1 - tanh²) under soft-capping): the per-row op's gradient of the logits, from its forward's lse [C]."""
+    z, tanh = _scaled(logits, bias, softcap, inv_t)
+    probs = torch.exp(z - lse[:, None])
+    columns = torch.arange(z.shape[1], device=z.device)
+    dz = torch.where(columns[None, :] == target[:, None], probs - 1, probs)
+    if inv_t != 1.0:
+        dz = dz * inv_t
+    if tanh is not None:
+        dz = dz * (1 - tanh * tanh)
+    if row_weight is not None:
+        dz = dz * row_weight.float()[:, None]
+    return dz.to(out_dtype)
+
+
+def _scaled(logits, bias, softcap, inv_t: float = 1.0):
+    """(z fp32, tanh or None): the logits plus bias in fp32, soft-capped, times `inv_t` (logprobs.head_logits)."""
+    z = logits.float()
+    if bias is not None:
+        z = z + bias.float()
+    tanh = None
+    if softcap:
+        tanh = torch.tanh(z / softcap)
+        z = tanh * softcap
+    if inv_t != 1.0:
+        z = z * inv_t
+    return z, tanh
+
+
 @functools.cache
-def compiled() -> Callable:
-    """`softmax_gradient` through Inductor, one graph for any number of rows."""
-    return torch.compile(softmax_gradient, dynamic=True)
+def compiled(function: Callable) -> Callable:
+    """`function` through Inductor, one graph for any number of rows."""
+    return torch.compile(function, dynamic=True)
 
 
 def compiles_on(device: torch.device) -> bool:
@@ -80,42 +123,64 @@ def compiles_on(device: torch.device) -> bool:
     return device.type == "cuda" and torch_boundary.has_triton()
 
 
+def applies(device: torch.device) -> bool:
+    """Whether a fused function is a candidate here: a timed device with Inductor's GPU kernels, and not inside
+    a compiled region (there the whole head is Inductor's already)."""
+    return device_timing.timed_on(device) and not torch.compiler.is_compiling() and compiles_on(device)
+
+
 def fused_for(device, weight, bias, chunk_rows: int, softcap, want_stats: bool, eager: Callable) -> Callable | None:
-    """The fused epilogue for this head's chunks on `device`, or None (the eager chunk) where it does not apply or
-    measured slower; `weight` [V, H] as the chunk loop multiplies it (in the compute dtype), `eager(h, target)`
-    one eager chunk (its matmul included, as the fused chunk's is)."""
-    if not device_timing.timed_on(device) or torch.compiler.is_compiling() or not compiles_on(device):
+    """The SFT op's fused softmax and gradient for this head's chunks on `device`, or None (the eager chunk) where
+    it does not apply or measured slower; `weight` [V, H] as the chunk loop multiplies it (in the compute dtype),
+    `eager(h, target)` one eager chunk (its matmul included, as the fused chunk's is)."""
+    if not applies(device):
         return None
+    fused = compiled(softmax_gradient)
+
+    def steps(h, target):
+        return lambda: eager(h, target), lambda: fused(h @ weight.T, bias, target, softcap, want_stats)
+
     kind = (*weight.shape, str(weight.dtype), chunk_rows, softcap or 0.0, bias is not None, want_stats)
-    if kind not in _chosen:
-        _chosen[kind] = _measured_choice(device, weight, bias, chunk_rows, softcap, want_stats, eager, kind)
-    return _chosen[kind]
+    return fused if chosen("softmax and gradient", device, weight, chunk_rows, kind, steps) else None
 
 
-def _measured_choice(device, weight, bias, chunk_rows, softcap, want_stats, eager, kind) -> Callable | None:
-    fused = compiled()
+def chosen(what: str, device, weight, chunk_rows: int, kind: tuple, steps: Callable) -> bool:
+    """Whether the fused `what` measured at most as slow as the eager one for this kind of call, timed once
+    (`steps(h, target)`: the eager and the fused zero-argument steps on random rows [chunk_rows, H] in the
+    weight's dtype); False, said once, where the compile or the timing raised."""
+    key = (what, *kind)
+    if key not in _chosen:
+        _chosen[key] = _measured(what, device, weight, chunk_rows, key, steps)
+    return _chosen[key]
+
+
+def _measured(what, device, weight, chunk_rows, key, steps) -> bool:
     generator = device_timing.generator(device)
     h = torch.randn(chunk_rows, weight.shape[1], device=device, dtype=weight.dtype, generator=generator)
     target = torch.randint(0, weight.shape[0], (chunk_rows,), device=device, generator=generator)
+    eager, fused = (_without_grad(step) for step in steps(h, target))  # as the op's forward and backward run
     try:
-        timing = device_timing.measured(
-            NAME,
-            device,
-            kind,
-            lambda: eager(h, target),
-            lambda: fused(h @ weight.T, bias, target, softcap, want_stats),
-        )
+        timing = device_timing.measured(NAME, device, key, eager, fused)
     except Exception as error:  # a Triton or Inductor failure on this machine: the eager chunk, said once
-        warn_once(f"turbotrain: the chunked head keeps its eager softmax and gradient: fusing them failed here "
+        warn_once(f"turbotrain: the chunked head keeps its eager {what}: fusing it failed here "
                   f"({type(error).__name__}: {str(error)[:200]})")  # fmt: skip
-        return None
+        return False
     wins = timing.pass_ms <= timing.stock_ms
     logger.info(
-        "turbotrain: chunked head on %s: softmax and gradient %s (fused %.3f ms, eager %.3f ms per %d-row chunk)",
+        "turbotrain: chunked head on %s: %s %s (fused %.3f ms, eager %.3f ms per %d-row chunk)",
         device,
+        what,
         "fused by Inductor" if wins else "left eager",
         timing.pass_ms,
         timing.stock_ms,
         chunk_rows,
     )
-    return fused if wins else None
+    return wins
+
+
+def _without_grad(step: Callable) -> Callable:
+    def run():
+        with torch.no_grad():
+            step()
+
+    return run

@@ -28,14 +28,18 @@ tests/passes/test_chunked_logprobs.py). On CPU the matmuls run in the weight's d
 On CUDA under autocast (or with half weights) the recomputed dW's matmul runs in the half dtype, summed in fp32
 (`cuda.add_weight_grad`: an in-place `addmm_` is never cast by autocast, so it was an fp32 GEMM), and chunks are
 sized from H (`cuda.cuda_chunk_rows`) as the SFT op's. The entropy holds one [C, V] tensor besides the logits
-(the product taken in place).
+(the product taken in place). There, where the device measured it faster, each chunk's elementwise work runs as
+one Inductor-compiled function of the matmul's half output (chunked_ce/fused_epilogue.py: `log_prob_stats` in
+the forward, `weighted_gradient` in the backward and for a frozen head's unit gradient).
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from turbotrain.passes.chunked_ce import cuda
+from turbotrain.passes.chunked_ce import cuda, fused_epilogue
 
 # fp32 logits of one chunk (as chunked_ce.CHUNK_BYTES: ~220 rows at a 151,936 vocabulary)
 CHUNK_BYTES = 128 * 2**20
@@ -86,19 +90,17 @@ class LinearLogProbs(torch.autograd.Function):
         entropy, mean_logit = (hidden.new_empty(stat_rows, dtype=torch.float32) for _ in range(2))
         is_top1 = hidden.new_empty(stat_rows, dtype=torch.bool)
         dh = torch.empty_like(hidden) if need_h and not recompute else None
+        chunk = functools.partial(_forward_chunk, weight=weight, bias=bias, softcap=softcap, inv_t=inv_t,
+                                  want_stats=want_stats, unit=dh is not None)  # fmt: skip
+        fused = _fused(chunk, "log-probabilities", hidden, weight, bias, chunk_rows, softcap, inv_t, want_stats, dh)
         for start in range(0, rows, chunk_rows):
             part = slice(start, min(start + chunk_rows, rows))
-            z, tanh = head_logits(hidden[part], weight, bias, softcap, inv_t)
-            target = targets[part]
-            lse[part] = torch.logsumexp(z, dim=1)
-            nll[part] = lse[part] - z.gather(1, target[:, None]).squeeze(1)
+            outputs, unit = chunk(hidden[part], targets[part], fused=fused)
+            lse[part], nll[part] = outputs[:2]
             if want_stats:
-                is_top1[part] = z.argmax(dim=1) == target
-                mean_logit[part] = z.mean(dim=1)
-                entropy[part] = lse[part] - torch.softmax(z, dim=1).mul_(z).sum(dim=1)  # one [C, V] besides z
+                entropy[part], is_top1[part], mean_logit[part] = outputs[2:]
             if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
-                unit = _unit_gradient(z, lse[part], target, tanh, inv_t)
-                dh[part] = unit.to(weight.dtype) @ weight  # [C, V] x [V, H]
+                dh[part] = unit @ weight  # [C, V] x [V, H]
         ctx.softcap, ctx.chunk_rows, ctx.recompute, ctx.inv_t = softcap, chunk_rows, recompute, inv_t
         ctx.autocast = _autocast_of(hidden.device.type)  # the recompute runs under the forward's autocast
         ctx.has_bias = bias is not None
@@ -120,6 +122,61 @@ class LinearLogProbs(torch.autograd.Function):
         return (*gradients, None, None, None, None, None)
 
 
+def _forward_chunk(h, target, *, weight, bias, softcap, inv_t, want_stats, unit, fused=False):
+    """((lse, nll[, entropy, is_top1, mean logit]) each [C], the unit gradient dz [C, V] ready for dz·W or None)
+    of the rows `h` [C, H]: eager torch ops, or with `fused` the two functions of chunked_ce/fused_epilogue.py."""
+    mm_dtype = _matmul_dtype(h.device, weight.dtype)
+    if fused:
+        logits = h @ weight.T  # [C, H] x [H, V] -> [C, V], under the run's autocast
+        lse, *rest = fused_epilogue.compiled(fused_epilogue.log_prob_stats)(logits, bias, target, softcap, inv_t,
+                                                                            want_stats)  # fmt: skip
+        outputs = (lse, *rest) if want_stats else (lse, rest[0])
+        if not unit:
+            return outputs, None
+        gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
+        return outputs, gradient(logits, bias, lse, target, None, softcap, inv_t, mm_dtype)
+    z, tanh = head_logits(h, weight, bias, softcap, inv_t)
+    lse = torch.logsumexp(z, dim=1)
+    outputs = (lse, lse - z.gather(1, target[:, None]).squeeze(1))
+    if want_stats:
+        entropy = lse - torch.softmax(z, dim=1).mul_(z).sum(dim=1)  # one [C, V] besides z
+        outputs += (entropy, z.argmax(dim=1) == target, z.mean(dim=1))
+    return outputs, _unit_gradient(z, lse, target, tanh, inv_t).to(mm_dtype) if unit else None
+
+
+def _backward_chunk(h, target, lse, row_weight, *, weight, bias, softcap, inv_t, fused=False):
+    """dz [C, V] = row_weight · d nll / d z of the rows `h` [C, H], the logits recomputed: eager, or `fused`
+    (fused_epilogue.weighted_gradient) in the dtype dz·W and dzᵀ·h multiply in."""
+    if fused:
+        gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
+        mm_dtype = _matmul_dtype(h.device, weight.dtype)
+        return gradient(h @ weight.T, bias, lse, target, row_weight, softcap, inv_t, mm_dtype)
+    z, tanh = head_logits(h, weight, bias, softcap, inv_t)
+    return _unit_gradient(z, lse, target, tanh, inv_t).mul_(row_weight[:, None].float())
+
+
+def _matmul_dtype(device: torch.device, weight_dtype: torch.dtype) -> torch.dtype:
+    """The dtype the head's matmuls run in here: the run's half dtype on CUDA (cuda.compute_dtype_for), else the
+    weight's."""
+    return cuda.compute_dtype_for(device, weight_dtype, _autocast_of(device.type)) or weight_dtype
+
+
+def _fused(chunk, what, hidden, weight, bias, chunk_rows, softcap, inv_t, want_stats, *wanted) -> bool:
+    """Whether `chunk` runs fused on this device: where it applies and one chunk measured at most as slow."""
+    if not fused_epilogue.applies(hidden.device):
+        return False
+    autocast = _autocast_of(hidden.device.type)
+    kind = (*weight.shape, str(weight.dtype), str(autocast), chunk_rows, softcap or 0.0, inv_t, bias is not None,
+            want_stats, *(x is not None for x in wanted))  # fmt: skip
+
+    def steps(h, target):
+        lse = torch.zeros(len(target), device=h.device)  # the backward's: any values time alike
+        extra = (lse, torch.ones_like(lse)) if what == "log-probability gradient" else ()
+        return lambda: chunk(h, target, *extra), lambda: chunk(h, target, *extra, fused=True)
+
+    return fused_epilogue.chosen(what, hidden.device, weight, chunk_rows, kind, steps)
+
+
 def _autocast_of(device_type: str) -> torch.dtype | None:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
@@ -139,13 +196,16 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     dh = torch.empty_like(hidden) if need_h else None
     dw = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_w else None
     db = torch.zeros(bias.shape, dtype=torch.float32, device=bias.device) if need_b else None
+    chunk = functools.partial(_backward_chunk, weight=weight, bias=bias, softcap=ctx.softcap, inv_t=ctx.inv_t)
+    mm_dtype = half or weight.dtype
+    fused = not need_b and _fused(chunk, "log-probability gradient", hidden, weight, bias, ctx.chunk_rows,
+                                  ctx.softcap, ctx.inv_t, False, dh, dw)  # fmt: skip
     for start in range(0, rows, ctx.chunk_rows):
         part = slice(start, min(start + ctx.chunk_rows, rows))
         h = hidden[part]
-        z, tanh = head_logits(h, weight, bias, ctx.softcap, ctx.inv_t)
-        dz = _unit_gradient(z, lse[part], targets[part], tanh, ctx.inv_t).mul_(grad_nll[part, None].float())
+        dz = chunk(h, targets[part], lse[part], grad_nll[part], fused=fused)  # fp32 eager, `mm_dtype` fused
         if dh is not None:
-            dh[part] = dz.to(weight.dtype) @ weight  # [C, V] x [V, H] -> [C, H]
+            dh[part] = dz.to(mm_dtype) @ weight  # [C, V] x [V, H] -> [C, H]
         if dw is not None and half is not None:  # in place, so autocast would not cast it: the half dtype here
             cuda.add_weight_grad(dw, dz.T.to(half), h.to(half), first=start == 0)
         elif dw is not None:
