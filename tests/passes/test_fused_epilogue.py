@@ -44,7 +44,8 @@ def assert_chunks_agree(got, expected, dtype):
 @pytest.mark.parametrize("want_stats", [False, True])
 @pytest.mark.parametrize("softcap", [None, 3.0])
 @pytest.mark.parametrize("bias", [False, True])
-def test_the_function_is_the_eager_chunk(dtype, want_stats, softcap, bias):
+def test_the_function_is_the_eager_chunk(monkeypatch, dtype, want_stats, softcap, bias):
+    monkeypatch.setattr(fused_epilogue, "compiled", lambda function: function)  # Inductor's: the test below
     h, weight, b, target = chunk_inputs(dtype=dtype, bias=bias)
     expected = chunked_ce._chunk(h, weight, b, target, softcap, want_stats, dtype)
     got = fused_epilogue.softmax_gradient(h @ weight.T, b, target, softcap, want_stats)
@@ -54,11 +55,13 @@ def test_the_function_is_the_eager_chunk(dtype, want_stats, softcap, bias):
 @pytest.mark.parametrize("dtype,want_stats,softcap,bias", [(BF16, True, None, True), (FP32, False, 30.0, False)])
 def test_inductors_kernel_is_the_eager_chunk_at_any_row_count(dtype, want_stats, softcap, bias):
     h, weight, b, target = chunk_inputs(rows=67, dtype=dtype, bias=bias)
-    fused = fused_epilogue.compiled(fused_epilogue.softmax_gradient)
+    fused = fused_epilogue.softmax_gradient  # its two parts compiled
     for rows in (67, 29):  # a full chunk and a batch's last, shorter one: one graph (dynamic rows)
         expected = chunked_ce._chunk(h[:rows], weight, b, target[:rows], softcap, want_stats, dtype)
-        got = fused(h[:rows] @ weight.T, b, target[:rows], softcap, want_stats)
+        logits = h[:rows] @ weight.T
+        got = fused(logits, b, target[:rows], softcap, want_stats)
         assert_chunks_agree(got, expected, dtype)
+        assert got[1].data_ptr() == logits.data_ptr()  # dz in place of the logits: one [C, V] a chunk
 
 
 @pytest.mark.parametrize("dtype", [None, BF16])  # the fp32 op as built; the half path CUDA takes

@@ -59,13 +59,14 @@ def test_inductors_kernels_are_the_eager_functions():
     h, weight, b, target, row_weight = chunk_args(BF16, bias=True, rows=41)
     logits = h @ weight.T
     for rows in (41, 13):  # one graph for any number of rows
-        args = (logits[:rows], b, target[:rows])
-        stats = fused_epilogue.compiled(fused_epilogue.log_prob_stats)(*args, 3.0, 1.25, True)
-        assert_same(stats, fused_epilogue.log_prob_stats(*args, 3.0, 1.25, True))
+        head = (b, target[:rows], 3.0, 1.25)
+        stats = fused_epilogue.compiled(fused_epilogue.log_prob_stats)(logits[:rows].clone(), *head, True)
+        assert_same(stats, fused_epilogue.log_prob_stats(logits[:rows].clone(), *head, True))
+        lse, weights = stats[0], row_weight[:rows]
         gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
-        extra = (stats[0], row_weight[:rows], 3.0, 1.25, BF16)
-        assert_same([gradient(*args[:2], extra[0], args[2], *extra[1:])],
-                    [fused_epilogue.weighted_gradient(*args[:2], extra[0], args[2], *extra[1:])], BF16)  # fmt: skip
+        got = gradient(logits[:rows].clone(), b, lse, target[:rows], weights, 3.0, 1.25)
+        expected = fused_epilogue.weighted_gradient(logits[:rows].clone(), b, lse, target[:rows], weights, 3.0, 1.25)
+        assert_same([got], [expected], BF16)
 
 
 @pytest.mark.parametrize(

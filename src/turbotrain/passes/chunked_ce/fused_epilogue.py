@@ -8,19 +8,21 @@ of the chunk's three matmuls: at H = 896 (Qwen2.5-0.5B) on an H100 (989 TFLOP/s 
 take about twice the matmuls' time, and the fp32 copies are the chunk's peak memory (~8·C·V bytes: 2.5 GB at
 C = 2,048 and V = 151,936).
 
-`softmax_gradient(logits, bias, target, softcap, want_stats)` is the same arithmetic written as one function of
-the matmul's output: z = fp32(logits) (+ fp32 bias), soft-capped if asked, log-sum-exp, nll = lse - z[target],
-p = exp(z - lse), dz = p - onehot(target) (times 1 - tanh² under soft-capping) in the logits' dtype; with
-`want_stats`, entropy = lse - Σ p·z and whether the target is the arg-max. Compiled by Inductor (dynamic row
-counts: one graph for every chunk and batch), it becomes a few reductions and one elementwise kernel that
-read the half logits and write the half dz: ~10 bytes per logit and no fp32 [C, V] tensor (2·C·V bytes of
-logits plus 2·C·V of dz at the peak; soft-capping keeps one fp32 [C, V], its tanh).
+`softmax_gradient(logits, bias, target, softcap, want_stats)` is the same arithmetic as functions of the
+matmul's output: z = fp32(logits) (+ fp32 bias), soft-capped if asked, log-sum-exp, nll = lse - z[target]
+(with `want_stats`, entropy = lse - Σ p·z and whether the target is the arg-max), then p = exp(z - lse),
+dz = p - onehot(target) (times 1 - tanh² under soft-capping) in the logits' dtype. Compiled by Inductor
+(dynamic row counts: one graph for every chunk and batch), they become a few reductions and one elementwise
+kernel that read the half logits and write the half dz in their place: ~10 bytes per logit and no fp32 [C, V]
+tensor (2·C·V bytes at the peak, 622 MB at C = 2,048 and V = 151,936; soft-capping keeps one fp32 [C, V], its
+tanh).
 
 The per-row op of DPO, KTO, GRPO and RLOO (chunked_ce/logprobs.py) gets the same treatment in two functions:
 `log_prob_stats` (its forward: lse, nll and TRL's statistics of the capped, temperature-scaled logits, rows
 only, no [C, V] output) and `weighted_gradient` (dz of any per-row weight, from the forward's lse: its backward's
-recomputed chunk, and a frozen head's unit gradient in the forward). A trained bias keeps the eager backward
-(its gradient is an fp32 sum of dz, which the fused chunk hands over in the half dtype).
+recomputed chunk, and a frozen head's unit gradient in the forward), dz again in place of the logits. A trained
+bias keeps the eager backward (its gradient is an fp32 sum of dz, which the fused chunk hands over in the half
+dtype).
 
 Exact: the same fp32 operations per element as the eager chunks; only the order of the reductions' sums
 differs (float order: tests/passes/test_fused_epilogue*.py compare them, once through the CPU's Inductor).
@@ -55,19 +57,14 @@ _chosen: dict[tuple, bool] = {}
 
 def softmax_gradient(logits, bias, target, softcap: float | None, want_stats: bool):
     """(nll [C] fp32, dz [C, V] in the logits' dtype, entropy [C] or None, is_top1 [C] or None) of one chunk's
-    logits [C, V] (the head's matmul output; bias [V] or None added in fp32, as the eager chunk does)."""
-    z, tanh = _scaled(logits, bias, softcap)
-    lse = torch.logsumexp(z, dim=1)  # [C]
-    nll = lse - z.gather(1, target[:, None]).squeeze(1)
-    probs = torch.exp(z - lse[:, None])
-    columns = torch.arange(z.shape[1], device=z.device)
-    dz = torch.where(columns[None, :] == target[:, None], probs - 1, probs)  # d nll / d z
-    if tanh is not None:
-        dz = dz * (1 - tanh * tanh)
-    if not want_stats:
-        return nll, dz.to(logits.dtype), None, None
-    entropy = lse - (probs * z).sum(dim=1)
-    return nll, dz.to(logits.dtype), entropy, z.argmax(dim=1) == target
+    logits [C, V] (the head's matmul output; bias [V] or None added in fp32, as the eager chunk does): the SFT
+    op's chunk as two compiled functions, the rows' reductions (`log_prob_stats`) and then dz written in place
+    of the logits (`weighted_gradient`; `logits` itself is returned), so a chunk holds one [C, V] tensor. (One
+    compiled function for both made Inductor write dz to a second [C, V] buffer first wherever the statistics
+    read the logits too.)"""
+    lse, nll, entropy, is_top1, _ = compiled(log_prob_stats)(logits, bias, target, softcap, 1.0, want_stats)
+    dz = compiled(weighted_gradient)(logits, bias, lse, target, None, softcap, 1.0)
+    return nll, dz, entropy, is_top1
 
 
 def log_prob_stats(logits, bias, target, softcap: float | None, inv_t: float, want_stats: bool):
@@ -82,9 +79,10 @@ def log_prob_stats(logits, bias, target, softcap: float | None, inv_t: float, wa
     return lse, nll, entropy, z.argmax(dim=1) == target, z.mean(dim=1)
 
 
-def weighted_gradient(logits, bias, lse, target, row_weight, softcap: float | None, inv_t: float, out_dtype):
-    """dz [C, V] in `out_dtype` = row_weight [C] (or 1 where None) · (softmax(z) - onehot(target)) · inv_t
-    (· (1 - tanh²) under soft-capping): the per-row op's gradient of the logits, from its forward's lse [C]."""
+def weighted_gradient(logits, bias, lse, target, row_weight, softcap: float | None, inv_t: float):
+    """dz [C, V] = row_weight [C] (or 1 where None) · (softmax(z) - onehot(target)) · inv_t (· (1 - tanh²) under
+    soft-capping): the per-row op's gradient of the logits, from its forward's lse [C], written in place of the
+    logits, in their dtype (the dtype the head's matmuls run in)."""
     z, tanh = _scaled(logits, bias, softcap, inv_t)
     probs = torch.exp(z - lse[:, None])
     columns = torch.arange(z.shape[1], device=z.device)
@@ -95,7 +93,7 @@ def weighted_gradient(logits, bias, lse, target, row_weight, softcap: float | No
         dz = dz * (1 - tanh * tanh)
     if row_weight is not None:
         dz = dz * row_weight.float()[:, None]
-    return dz.to(out_dtype)
+    return logits.copy_(dz)
 
 
 def _scaled(logits, bias, softcap, inv_t: float = 1.0):
@@ -135,13 +133,12 @@ def fused_for(device, weight, bias, chunk_rows: int, softcap, want_stats: bool, 
     `eager(h, target)` one eager chunk (its matmul included, as the fused chunk's is)."""
     if not applies(device):
         return None
-    fused = compiled(softmax_gradient)
 
     def steps(h, target):
-        return lambda: eager(h, target), lambda: fused(h @ weight.T, bias, target, softcap, want_stats)
+        return lambda: eager(h, target), lambda: softmax_gradient(h @ weight.T, bias, target, softcap, want_stats)
 
     kind = (*weight.shape, str(weight.dtype), chunk_rows, softcap or 0.0, bias is not None, want_stats)
-    return fused if chosen("softmax and gradient", device, weight, chunk_rows, kind, steps) else None
+    return softmax_gradient if chosen("softmax and gradient", device, weight, chunk_rows, kind, steps) else None
 
 
 def chosen(what: str, device, weight, chunk_rows: int, kind: tuple, steps: Callable) -> bool:

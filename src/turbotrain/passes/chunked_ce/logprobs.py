@@ -125,7 +125,6 @@ class LinearLogProbs(torch.autograd.Function):
 def _forward_chunk(h, target, *, weight, bias, softcap, inv_t, want_stats, unit, fused=False):
     """((lse, nll[, entropy, is_top1, mean logit]) each [C], the unit gradient dz [C, V] ready for dz·W or None)
     of the rows `h` [C, H]: eager torch ops, or with `fused` the two functions of chunked_ce/fused_epilogue.py."""
-    mm_dtype = _matmul_dtype(h.device, weight.dtype)
     if fused:
         logits = h @ weight.T  # [C, H] x [H, V] -> [C, V], under the run's autocast
         lse, *rest = fused_epilogue.compiled(fused_epilogue.log_prob_stats)(logits, bias, target, softcap, inv_t,
@@ -134,23 +133,24 @@ def _forward_chunk(h, target, *, weight, bias, softcap, inv_t, want_stats, unit,
         if not unit:
             return outputs, None
         gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
-        return outputs, gradient(logits, bias, lse, target, None, softcap, inv_t, mm_dtype)
+        return outputs, gradient(logits, bias, lse, target, None, softcap, inv_t)  # in the logits' (mm) dtype
     z, tanh = head_logits(h, weight, bias, softcap, inv_t)
     lse = torch.logsumexp(z, dim=1)
     outputs = (lse, lse - z.gather(1, target[:, None]).squeeze(1))
     if want_stats:
         entropy = lse - torch.softmax(z, dim=1).mul_(z).sum(dim=1)  # one [C, V] besides z
         outputs += (entropy, z.argmax(dim=1) == target, z.mean(dim=1))
-    return outputs, _unit_gradient(z, lse, target, tanh, inv_t).to(mm_dtype) if unit else None
+    if not unit:
+        return outputs, None
+    return outputs, _unit_gradient(z, lse, target, tanh, inv_t).to(_matmul_dtype(h.device, weight.dtype))
 
 
 def _backward_chunk(h, target, lse, row_weight, *, weight, bias, softcap, inv_t, fused=False):
     """dz [C, V] = row_weight · d nll / d z of the rows `h` [C, H], the logits recomputed: eager, or `fused`
-    (fused_epilogue.weighted_gradient) in the dtype dz·W and dzᵀ·h multiply in."""
+    (fused_epilogue.weighted_gradient) in the logits' dtype, the one dz·W and dzᵀ·h multiply in."""
     if fused:
         gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
-        mm_dtype = _matmul_dtype(h.device, weight.dtype)
-        return gradient(h @ weight.T, bias, lse, target, row_weight, softcap, inv_t, mm_dtype)
+        return gradient(h @ weight.T, bias, lse, target, row_weight, softcap, inv_t)
     z, tanh = head_logits(h, weight, bias, softcap, inv_t)
     return _unit_gradient(z, lse, target, tanh, inv_t).mul_(row_weight[:, None].float())
 
