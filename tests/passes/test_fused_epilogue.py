@@ -143,3 +143,17 @@ def test_cuda_without_triton_is_not_fused(monkeypatch):
     monkeypatch.setattr(torch_boundary, "has_triton", lambda: False)
     assert not fused_epilogue.compiles_on(torch.device("cuda"))
     assert not fused_epilogue.compiles_on(torch.device("cpu"))
+
+
+def test_kinds_past_the_cap_stay_eager_without_a_timing(fused_on_cpu):
+    """Dynamo runs a function uncompiled past its recompile limit: the fused kinds stop before it."""
+    asked = fused_on_cpu(stock_ms=2.0, fused_ms=1.0)
+    h, weight, b, target = chunk_inputs()
+    answers = []
+    for rows in range(16, 16 + fused_epilogue.MAX_FUSED_KINDS + 2):  # each chunk size a kind of its own
+
+        def eager(x, t):
+            return chunked_ce._chunk(x, weight, b, t, None, False, FP32)
+
+        answers.append(fused_epilogue.fused_for(torch.device("cpu"), weight, b, rows, None, False, eager))
+    assert answers.count(None) == 2 and len(asked) == fused_epilogue.MAX_FUSED_KINDS

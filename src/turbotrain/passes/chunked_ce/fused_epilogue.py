@@ -27,8 +27,9 @@ dtype).
 Exact: the same fp32 operations per element as the eager chunks; only the order of the reductions' sums
 differs (float order: tests/passes/test_fused_epilogue*.py compare them, once through the CPU's Inductor).
 
-When (`applies`, `chosen`): on CUDA with Triton (Inductor's GPU code generator), outside a compiled region
-(there the whole head is Inductor's already), never on the CPU (whose op is the one measured in benchmarks/).
+When (`applies`, `chosen`): on CUDA with Triton (Inductor's GPU code generator), outside a compiled region (there
+the whole head is Inductor's already), for at most `MAX_FUSED_KINDS` kinds of call a process (torch's recompile
+limit), never on the CPU (whose op is the one measured in benchmarks/).
 The first call of each kind (which chunk: the SFT op's, the per-row forward or backward; vocabulary, hidden
 size, dtype, autocast, chunk rows, soft-cap, temperature, bias, statistics, which gradients) times one chunk
 both ways without gradients, as the ops run them (passes/device_timing.py `measured`: the compile in the
@@ -52,6 +53,10 @@ from turbotrain.utils.warnings import warn_once
 logger = logging.getLogger("turbotrain")
 
 NAME = "chunked head, fused by Inductor"
+# Dynamo compiles a function again for each new dtype, soft-cap, temperature, statistics flag or None argument (and
+# once more for a one-row chunk), up to torch's recompile limit (8), past which it runs the function uncompiled:
+# correct, but holding fp32 [C, V] copies. Each kind of call fused takes at most two graphs of each function.
+MAX_FUSED_KINDS = 4
 _chosen: dict[tuple, bool] = {}
 
 
@@ -147,7 +152,13 @@ def chosen(what: str, device, weight, chunk_rows: int, kind: tuple, steps: Calla
     weight's dtype); False, said once, where the compile or the timing raised."""
     key = (what, *kind)
     if key not in _chosen:
-        _chosen[key] = _measured(what, device, weight, chunk_rows, key, steps)
+        if sum(_chosen.values()) >= MAX_FUSED_KINDS:
+            logger.info(
+                "turbotrain: chunked head: %s left eager (%d kinds of call fused already)", what, MAX_FUSED_KINDS
+            )
+            _chosen[key] = False
+        else:
+            _chosen[key] = _measured(what, device, weight, chunk_rows, key, steps)
     return _chosen[key]
 
 
