@@ -100,7 +100,7 @@ def test_fused_where_it_measured_faster_and_said_once(fused_on_cpu, caplog, tmp_
         assert _choice() is fused_epilogue.softmax_gradient
         assert _choice() is fused_epilogue.softmax_gradient
     said = [r.getMessage() for r in caplog.records if "softmax and gradient" in r.getMessage()]
-    assert len(said) == 1 and "fused by Inductor (fused 0.500 ms, eager 2.000 ms per 16-row chunk)" in said[0]
+    assert len(said) == 1 and "fused by Inductor (fused 0.500 ms, eager 2.000 ms per 4 rows)" in said[0]
     assert (tmp_path / device_timing.CACHE_FILE).exists()
 
 
@@ -157,3 +157,36 @@ def test_kinds_past_the_cap_stay_eager_without_a_timing(fused_on_cpu):
 
         answers.append(fused_epilogue.fused_for(torch.device("cpu"), weight, b, rows, None, False, eager))
     assert answers.count(None) == 2 and len(asked) == fused_epilogue.MAX_FUSED_KINDS
+
+
+def test_a_compile_failing_after_a_cached_timing_is_caught_before_any_step(fused_on_cpu, monkeypatch):
+    fused_on_cpu(stock_ms=2.0, fused_ms=1.0)
+    assert _choice() is fused_epilogue.softmax_gradient  # timed, and cached on disk
+    monkeypatch.setattr(fused_epilogue, "_chosen", {})  # a new process on the same machine
+
+    def broken(*args):
+        raise RuntimeError("triton: out of shared memory")
+
+    monkeypatch.setattr(fused_epilogue, "compiled", lambda function: broken)
+    with pytest.warns(TurbotrainWarning, match="out of shared memory"):
+        assert _choice() is None
+
+
+def test_a_one_row_chunk_runs_eager(fused_on_cpu, monkeypatch):
+    """Dynamo specialises a one-row input: a graph of its own, mid-run; that chunk takes the eager path."""
+    fused_on_cpu(stock_ms=2.0, fused_ms=1.0)
+    rows_seen = []
+
+    def recording(function):
+        def run(logits, *args):
+            rows_seen.append(len(logits))
+            return function(logits, *args)
+
+        return run
+
+    monkeypatch.setattr(fused_epilogue, "compiled", recording)
+    h, weight, targets = inputs(rows=33, vocab=500)
+    fused = chunked_in(BF16, h, weight, targets, chunk_rows=16)  # chunks of 16, 16 and 1
+    assert rows_seen and 1 not in rows_seen and 16 in rows_seen
+    for a, b in zip(fused, _op_without_fusing(BF16, h, weight, targets, None)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * b.abs().max().item())

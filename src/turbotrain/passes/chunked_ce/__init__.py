@@ -80,7 +80,7 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype, fused=None):
     """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None); `fused`: the
     softmax and gradient as one compiled function of the matmul's output (chunked_ce/fused_epilogue.py)."""
-    if fused is not None:
+    if fused is not None and h.shape[0] >= fused_epilogue.MIN_ROWS:
         return fused(h @ weight.T, bias, target, softcap, want_stats)  # [C, H] x [H, V] -> [C, V]
     z, tanh = head_logits(h, weight, bias, softcap)  # [C, V] fp32
     lse = torch.logsumexp(z, dim=1)  # [C]

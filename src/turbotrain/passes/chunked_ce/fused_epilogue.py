@@ -24,8 +24,9 @@ recomputed chunk, and a frozen head's unit gradient in the forward), dz again in
 bias keeps the eager backward (its gradient is an fp32 sum of dz, which the fused chunk hands over in the half
 dtype).
 
-Exact: the same fp32 operations per element as the eager chunks; only the order of the reductions' sums
-differs (float order: tests/passes/test_fused_epilogue*.py compare them, once through the CPU's Inductor).
+Exact: the same fp32 formulas per element as the eager chunks; the reductions differ in order and method
+(Inductor's online log-sum-exp; the per-row entropy from exp(z - lse) where the eager one calls softmax): float
+rounding only (tests/passes/test_fused_epilogue*.py compare them, once through the CPU's Inductor).
 
 When (`applies`, `chosen`): on CUDA with Triton (Inductor's GPU code generator), outside a compiled region (there
 the whole head is Inductor's already), for at most `MAX_FUSED_KINDS` kinds of call a process (torch's recompile
@@ -57,6 +58,7 @@ NAME = "chunked head, fused by Inductor"
 # once more for a one-row chunk), up to torch's recompile limit (8), past which it runs the function uncompiled:
 # correct, but holding fp32 [C, V] copies. Each kind of call fused takes at most two graphs of each function.
 MAX_FUSED_KINDS = 4
+MIN_ROWS = 2  # a chunk of fewer rows runs eager (Dynamo would compile a 1-row graph of its own)
 _chosen: dict[tuple, bool] = {}
 
 
@@ -92,8 +94,7 @@ def weighted_gradient(logits, bias, lse, target, row_weight, softcap: float | No
     probs = torch.exp(z - lse[:, None])
     columns = torch.arange(z.shape[1], device=z.device)
     dz = torch.where(columns[None, :] == target[:, None], probs - 1, probs)
-    if inv_t != 1.0:
-        dz = dz * inv_t
+    dz = dz * inv_t  # unconditionally (one graph for every temperature); times 1.0 changes nothing
     if tanh is not None:
         dz = dz * (1 - tanh * tanh)
     if row_weight is not None:
@@ -110,15 +111,22 @@ def _scaled(logits, bias, softcap, inv_t: float = 1.0):
     if softcap:
         tanh = torch.tanh(z / softcap)
         z = tanh * softcap
-    if inv_t != 1.0:
-        z = z * inv_t
-    return z, tanh
+    return z * inv_t, tanh  # unconditionally (one graph for every temperature); times 1.0 changes nothing
 
 
 @functools.cache
 def compiled(function: Callable) -> Callable:
-    """`function` through Inductor, one graph for any number of rows."""
-    return torch.compile(function, dynamic=True)
+    """`function` through Inductor, one graph for any number of rows (2 and up: Dynamo specialises a 1-row
+    chunk, which the ops run eager, `MIN_ROWS`), called with autocast off (elementwise work only; Dynamo guards
+    on autocast's state, which differs between the ops' forward and backward)."""
+    graph = torch.compile(function, dynamic=True)
+
+    @functools.wraps(function)
+    def run(logits, *args):
+        with torch.autocast(logits.device.type, enabled=False):
+            return graph(logits, *args)
+
+    return run
 
 
 def compiles_on(device: torch.device) -> bool:
@@ -163,11 +171,14 @@ def chosen(what: str, device, weight, chunk_rows: int, kind: tuple, steps: Calla
 
 
 def _measured(what, device, weight, chunk_rows, key, steps) -> bool:
+    rows = max(MIN_ROWS, chunk_rows // 4)  # the eager step's fp32 copies (~8 bytes a logit) stay under a fused
+    # chunk's own half logits (2 bytes a logit): the first step's peak memory is the run's
     generator = device_timing.generator(device)
-    h = torch.randn(chunk_rows, weight.shape[1], device=device, dtype=weight.dtype, generator=generator)
-    target = torch.randint(0, weight.shape[0], (chunk_rows,), device=device, generator=generator)
+    h = torch.randn(rows, weight.shape[1], device=device, dtype=weight.dtype, generator=generator)
+    target = torch.randint(0, weight.shape[0], (rows,), device=device, generator=generator)
     eager, fused = (_without_grad(step) for step in steps(h, target))  # as the op's forward and backward run
     try:
+        fused()  # the compile, also where the timing comes from the cache: a failure is caught here, not in a step
         timing = device_timing.measured(NAME, device, key, eager, fused)
     except Exception as error:  # a Triton or Inductor failure on this machine: the eager chunk, said once
         warn_once(f"turbotrain: the chunked head keeps its eager {what}: fusing it failed here "
@@ -175,13 +186,13 @@ def _measured(what, device, weight, chunk_rows, key, steps) -> bool:
         return False
     wins = timing.pass_ms <= timing.stock_ms
     logger.info(
-        "turbotrain: chunked head on %s: %s %s (fused %.3f ms, eager %.3f ms per %d-row chunk)",
+        "turbotrain: chunked head on %s: %s %s (fused %.3f ms, eager %.3f ms per %d rows)",
         device,
         what,
         "fused by Inductor" if wins else "left eager",
         timing.pass_ms,
         timing.stock_ms,
-        chunk_rows,
+        rows,
     )
     return wins
 

@@ -125,7 +125,7 @@ class LinearLogProbs(torch.autograd.Function):
 def _forward_chunk(h, target, *, weight, bias, softcap, inv_t, want_stats, unit, fused=False):
     """((lse, nll[, entropy, is_top1, mean logit]) each [C], the unit gradient dz [C, V] ready for dz·W or None)
     of the rows `h` [C, H]: eager torch ops, or with `fused` the two functions of chunked_ce/fused_epilogue.py."""
-    if fused:
+    if fused and h.shape[0] >= fused_epilogue.MIN_ROWS:
         logits = h @ weight.T  # [C, H] x [H, V] -> [C, V], under the run's autocast
         lse, *rest = fused_epilogue.compiled(fused_epilogue.log_prob_stats)(logits, bias, target, softcap, inv_t,
                                                                             want_stats)  # fmt: skip
@@ -148,9 +148,9 @@ def _forward_chunk(h, target, *, weight, bias, softcap, inv_t, want_stats, unit,
 def _backward_chunk(h, target, lse, row_weight, *, weight, bias, softcap, inv_t, fused=False):
     """dz [C, V] = row_weight · d nll / d z of the rows `h` [C, H], the logits recomputed: eager, or `fused`
     (fused_epilogue.weighted_gradient) in the logits' dtype, the one dz·W and dzᵀ·h multiply in."""
-    if fused:
-        gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)
-        return gradient(h @ weight.T, bias, lse, target, row_weight, softcap, inv_t)
+    if fused and h.shape[0] >= fused_epilogue.MIN_ROWS:
+        gradient = fused_epilogue.compiled(fused_epilogue.weighted_gradient)  # a sum's gradient has stride 0:
+        return gradient(h @ weight.T, bias, lse, target, row_weight.contiguous(), softcap, inv_t)  # one graph
     z, tanh = head_logits(h, weight, bias, softcap, inv_t)
     return _unit_gradient(z, lse, target, tanh, inv_t).mul_(row_weight[:, None].float())
 
