@@ -252,7 +252,12 @@ def run(
         from scripts.gpu_check_realshape import COLUMNS, SHAPES, realshape_rows
 
         def section(rows: list[dict], peak: str) -> str:
-            return f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n" + markdown(rows, COLUMNS)
+            from scripts.gpu_check_verdict import COLUMNS as BARS
+            from scripts.gpu_check_verdict import verdict_rows
+
+            heading = f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n"
+            bars = "\n### Against issue 45's bars (this call's rows; scripts/gpu_check_verdict.py merges calls)\n\n"
+            return heading + markdown(rows, COLUMNS) + bars + markdown(verdict_rows(rows, not quick), BARS)
 
         rows, peak = realshape_rows(device, quick, deadline, shapes or SHAPES, peers,
                                     on_progress=lambda rows, peak: parts.draft(section(rows, peak)))  # fmt: skip

@@ -258,6 +258,8 @@ def test_the_cpu_pass_runs_every_realshape_row_without_an_error(tmp_path):
 
     report = quick_check(tmp_path / "realshape.md", "--only", "realshape")
     assert "ERROR" not in report and "| FAIL" not in report
+    bars = report.split("Against issue 45's bars")[1]
+    assert "| qwen2.5-0.5b sft | >= 1.1x |" in bars and "| not judged (a quick run at toy sizes) |" in bars
     for workload, peer in plan():
         assert f"| {workload.name} | {peer} | " in report
     for workload, peer in plan()[:12]:  # every workload's stock and turbotrain trained 2 rounds and passed
