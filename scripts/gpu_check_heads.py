@@ -7,7 +7,9 @@ the mean NLL's forward and backward (gradients of the rows and the weight):
 * `stock`: Transformers' causal-LM loss on the rows: bf16 logits [K, V], upcast, cross-entropy;
 * `sft op, eager softmax`: turbotrain's chunked head (passes/chunked_ce, the op SFT's calls take: dW summed in
   the forward) with its per-chunk softmax and gradient in eager torch ops (its op before 2026-12-05, late);
-* `sft op, fused softmax`: the same with them fused by Inductor (chunked_ce/fused_epilogue.py; CUDA with Triton);
+* `sft op, fused softmax`: the same with them fused by Inductor (chunked_ce/fused_epilogue.py; CUDA with Triton),
+  and again in chunks of half as many rows (`half chunks`: half the memory, dW's fp32 sum read and written twice
+  as often), the measurement the chunk size (cuda.cuda_chunk_rows) waits for;
 * `per-row op, eager / fused softmax`: the op DPO, KTO, GRPO and RLOO calls take (chunked_ce/logprobs.py: any
   per-row weight, the logits recomputed in the backward), eager and fused;
 * `trl kernel`: TRL's fused LM head (`trl.kernels.ChunkedLogProbFunction`, what TRL >= 1.15's trainers run on a GPU);
@@ -31,7 +33,9 @@ import torch.nn.functional as F
 SHAPES = {"qwen2.5-0.5b": (896, 151_936), "llama-3.2-1b": (2048, 128_256)}
 ROWS, QUICK = 4096, (64, 4096, 256)
 OPS = {"sft op": ("softmax and gradient",), "per-row op": ("log-probabilities", "log-probability gradient")}
-WAYS = ("stock", *(f"{op}, {how} softmax" for op in OPS for how in ("eager", "fused")), "trl kernel", "liger")
+HALF_CHUNKS = "sft op, fused softmax, half chunks"  # the chunk size's trade: less memory, dW's sum more often
+WAYS = ("stock", *(f"{op}, {how} softmax" for op in OPS for how in ("eager", "fused")), HALF_CHUNKS, "trl kernel",
+        "liger")  # fmt: skip
 
 
 def head_rows(device: torch.device, quick: bool) -> list[dict]:
@@ -75,7 +79,7 @@ def _inputs(device, hidden: int, vocab: int, rows: int):
 def _unavailable(way: str, device: torch.device) -> str | None:
     from turbotrain.passes.chunked_ce import fused_epilogue
 
-    if way.endswith("fused softmax") and not fused_epilogue.compiles_on(device):
+    if "fused softmax" in way and not fused_epilogue.compiles_on(device):
         return "needs CUDA with Triton (Inductor's GPU kernels)"
     if way == "trl kernel" and importlib.util.find_spec("trl") is None:
         return "trl not installed"
@@ -129,7 +133,7 @@ def _fused_always(way: str):
     if "softmax" not in way:
         yield
         return
-    fused = way.endswith("fused softmax")
+    fused = "fused softmax" in way
     saved = fused_epilogue.applies, fused_epilogue.chosen
     fused_epilogue.applies = lambda device: fused
     fused_epilogue.chosen = lambda *args: fused
@@ -165,6 +169,7 @@ def _loss(way: str, h, weight, targets, half: bool):
         return F.cross_entropy(F.linear(h, weight).float(), targets)
     on_cuda = h.device.type == "cuda"
     rows = cuda.cuda_chunk_rows(h.shape[1]) if on_cuda else chunk_rows_for(weight.shape[0])
+    rows = max(rows // 2 // 128 * 128, 128) if way == HALF_CHUNKS else rows
     if way.startswith("sft op"):
         dtype = torch.bfloat16 if half else None
         return LinearCrossEntropy.apply(h, weight, None, targets, None, rows, False, dtype)[0].mean()
