@@ -39,7 +39,8 @@ Memory: one chunk of logits [chunk_rows, V] fp32 plus dW [V, H] (fp32) instead o
 their softmax and their gradient.
 On CUDA (chunked_ce/cuda.py): the matmuls run in the run's autocast dtype (bf16/fp16) with dW summed in
 fp32, chunks of max(H, 2,048) rows, and the backward reads no value back to the host; each chunk's softmax and
-gradient run as one Inductor-compiled kernel where the device measured it faster (chunked_ce/fused_epilogue.py).
+gradient run as a few Inductor-compiled kernels, dz written over the logits, where the device measured them faster
+(chunked_ce/fused_epilogue.py).
 The CPU op is unchanged.
 """
 
@@ -79,7 +80,7 @@ def chunk_rows_for(vocab: int, chunk_bytes: int = CHUNK_BYTES) -> int:
 
 def _chunk(h, weight, bias, target, softcap, want_stats, grad_dtype, fused=None):
     """One chunk: (nll [C], dz [C, V] in `grad_dtype`, entropy [C] or None, is_top1 [C] or None); `fused`: the
-    softmax and gradient as one compiled function of the matmul's output (chunked_ce/fused_epilogue.py)."""
+    softmax and gradient as compiled functions of the matmul's output, dz written over it (fused_epilogue.py)."""
     if fused is not None and h.shape[0] >= fused_epilogue.MIN_ROWS:
         return fused(h @ weight.T, bias, target, softcap, want_stats)  # [C, H] x [H, V] -> [C, V]
     z, tanh = head_logits(h, weight, bias, softcap)  # [C, V] fp32
