@@ -122,7 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("usage: python scripts/gpu_check_verdict.py REPORT.md [REPORT.md ...]", file=sys.stderr)
         return 2
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        print(f"gpu_check_verdict: no such report: {', '.join(missing)}", file=sys.stderr)
+        return 2
     rows = merged([report_rows(path.read_text()) for path in paths])
+    if not rows:
+        print("gpu_check_verdict: no realshape table in these reports (written by gpu_check.py --only realshape)",
+              file=sys.stderr)  # fmt: skip
+        return 2
     print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS))  # as gpu_check.markdown (which imports this)
     for verdict in verdict_rows(rows):
         print("| " + " | ".join(str(verdict.get(column, "")) for column in COLUMNS) + " |")

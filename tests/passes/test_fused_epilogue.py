@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tests.passes.test_chunked_ce_cuda import chunked_in, inputs
+from tests.tiny_models import LLM_VOCAB
 from turbotrain.passes import chunked_ce, device_timing
-from turbotrain.passes.chunked_ce import LinearCrossEntropy, fused_epilogue
+from turbotrain.passes.chunked_ce import LinearCrossEntropy, fused_epilogue, linear_cross_entropy
 from turbotrain.utils.warnings import TurbotrainWarning
 
 BF16, FP32 = torch.bfloat16, torch.float32
@@ -190,3 +191,24 @@ def test_a_one_row_chunk_runs_eager(fused_on_cpu, monkeypatch):
     assert rows_seen and 1 not in rows_seen and 16 in rows_seen
     for a, b in zip(fused, _op_without_fusing(BF16, h, weight, targets, None)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * b.abs().max().item())
+
+
+def test_qwen2s_vocabulary_over_more_rows_than_a_chunk(fused_on_cpu):
+    """Qwen2's published vocabulary (151,936): the CPU's own chunk size (220 rows there) over 300 rows, two chunks
+    of which the second is shorter; with TRL's statistics, against the op without the fused chunks."""
+    asked = fused_on_cpu(stock_ms=2.0, fused_ms=1.0)
+    h, weight, targets = inputs(rows=300, vocab=LLM_VOCAB, hidden=16)
+    leaves = [t.clone().requires_grad_() for t in (h, weight * 40)]
+    outputs = linear_cross_entropy(*leaves, None, targets, want_stats=True)
+    assert len(asked) == 1
+    (outputs[0].sum() / 300).backward()
+    fused = [*outputs, *(leaf.grad for leaf in leaves)]
+    eager_leaves = [t.clone().requires_grad_() for t in (h, weight * 40)]
+    eager = LinearCrossEntropy.apply(*eager_leaves, None, targets, None, chunked_ce.chunk_rows_for(LLM_VOCAB), True,
+                                     None, False)  # fmt: skip
+    (eager[0].sum() / 300).backward()
+    for a, b in zip(fused, [*eager, *(leaf.grad for leaf in eager_leaves)]):
+        if a.dtype == torch.bool:
+            assert torch.equal(a, b)
+        else:
+            torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-5, atol=1e-5 * b.abs().max().item())

@@ -70,3 +70,11 @@ def test_reports_are_read_back_and_merged_across_calls(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| qwen2.5-0.5b sft | >= 1.1x | turbotrain | trl defaults | 1.25x | 9.0 | 8.0 (trl defaults) |" in out
     assert out.rstrip().endswith("| FAIL |")  # 9.0 GiB over TRL's 8.0
+
+
+def test_a_missing_report_or_one_without_the_table_is_one_line(tmp_path, capsys):
+    assert main([str(tmp_path / "realshape.md")]) == 2
+    assert capsys.readouterr().err.strip() == f"gpu_check_verdict: no such report: {tmp_path / 'realshape.md'}"
+    (tmp_path / "kernels.md").write_text("# report\n\n| shape | kernel |\n|---|---|\n| qwen2.5-0.5b | flex |\n")
+    assert main([str(tmp_path / "kernels.md")]) == 2
+    assert "no realshape table" in capsys.readouterr().err

@@ -371,7 +371,7 @@ def _figures(entry: dict) -> str:
 
 
 def _sync(device: torch.device | None) -> None:
-    if (
-        device is not None and device.type == "cuda"
-    ):  # not merely where CUDA is there: a CPU run on a GPU machine makes no CUDA context
+    """Wait for the run's device: CUDA's only where the run is on it (a CPU run on a GPU machine makes no CUDA
+    context)."""
+    if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)

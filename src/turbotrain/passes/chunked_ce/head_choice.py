@@ -66,8 +66,8 @@ def head_for(hidden, linear, softcap, temperature: float, want_stats: bool, weig
     shape = tuple(linear.weight.shape)
     trains = "head trained" if linear.weight.requires_grad else "head frozen"
     backward = "backward" if torch.is_grad_enabled() else "forward only"
-    what = ("fused head", CHUNKED_REVISION, shape, str(hidden.dtype), str(autocast), weighting, temperature, want_stats, softcap,
-            linear.bias is not None, trains, backward, rows)  # fmt: skip
+    what = ("fused head", CHUNKED_REVISION, shape, str(hidden.dtype), str(autocast), weighting, temperature,
+            want_stats, softcap, linear.bias is not None, trains, backward, rows)  # fmt: skip
     if what not in _chosen:
         _chosen[what] = _measure(what, hidden, linear, softcap, temperature, want_stats, chunked)
     return _chosen[what]

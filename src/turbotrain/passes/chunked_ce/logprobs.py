@@ -102,7 +102,7 @@ class LinearLogProbs(torch.autograd.Function):
             if dh is not None:  # a frozen head: dh of unit weight now, scaled per row in the backward
                 dh[part] = unit @ weight  # [C, V] x [V, H]
         ctx.softcap, ctx.chunk_rows, ctx.recompute, ctx.inv_t = softcap, chunk_rows, recompute, inv_t
-        ctx.autocast = _autocast_of(hidden.device.type)  # the recompute runs under the forward's autocast
+        ctx.autocast = cuda.autocast_dtype_of(hidden.device)  # the recompute runs under the forward's autocast
         ctx.has_bias = bias is not None
         if recompute:
             ctx.save_for_backward(hidden, weight, bias, targets, lse)
@@ -158,27 +158,24 @@ def _backward_chunk(h, target, lse, row_weight, *, weight, bias, softcap, inv_t,
 def _matmul_dtype(device: torch.device, weight_dtype: torch.dtype) -> torch.dtype:
     """The dtype the head's matmuls run in here: the run's half dtype on CUDA (cuda.compute_dtype_for), else the
     weight's."""
-    return cuda.compute_dtype_for(device, weight_dtype, _autocast_of(device.type)) or weight_dtype
+    return cuda.compute_dtype_for(device, weight_dtype, cuda.autocast_dtype_of(device)) or weight_dtype
 
 
-def _fused(chunk, what, hidden, weight, bias, chunk_rows, softcap, inv_t, want_stats, *wanted) -> bool:
-    """Whether `chunk` runs fused on this device: where it applies and one chunk measured at most as slow."""
+def _fused(chunk, what, hidden, weight, bias, chunk_rows, softcap, inv_t, want_stats, *wanted, backward=False) -> bool:
+    """Whether `chunk` runs fused on this device: where it applies and one chunk measured at most as slow
+    (`backward`: `chunk` is `_backward_chunk`, which also takes the rows' lse and weights)."""
     if not fused_epilogue.applies(hidden.device):
         return False
-    autocast = _autocast_of(hidden.device.type)
+    autocast = cuda.autocast_dtype_of(hidden.device)
     kind = (*weight.shape, str(weight.dtype), str(autocast), chunk_rows, softcap or 0.0, inv_t, bias is not None,
             want_stats, *(x is not None for x in wanted))  # fmt: skip
 
     def steps(h, target):
         lse = torch.zeros(len(target), device=h.device)  # the backward's: any values time alike
-        extra = (lse, torch.ones_like(lse)) if what == "log-probability gradient" else ()
+        extra = (lse, torch.ones_like(lse)) if backward else ()
         return lambda: chunk(h, target, *extra), lambda: chunk(h, target, *extra, fused=True)
 
     return fused_epilogue.chosen(what, hidden.device, weight, chunk_rows, kind, steps)
-
-
-def _autocast_of(device_type: str) -> torch.dtype | None:
-    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
 def _recomputed_gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
@@ -199,7 +196,7 @@ def _gradients(ctx, hidden, weight, bias, targets, lse, grad_nll):
     chunk = functools.partial(_backward_chunk, weight=weight, bias=bias, softcap=ctx.softcap, inv_t=ctx.inv_t)
     mm_dtype = half or weight.dtype
     fused = not need_b and _fused(chunk, "log-probability gradient", hidden, weight, bias, ctx.chunk_rows,
-                                  ctx.softcap, ctx.inv_t, False, dh, dw)  # fmt: skip
+                                  ctx.softcap, ctx.inv_t, False, dh, dw, backward=True)  # fmt: skip
     for start in range(0, rows, ctx.chunk_rows):
         part = slice(start, min(start + ctx.chunk_rows, rows))
         h = hidden[part]
