@@ -1,6 +1,6 @@
 """TRL's fused-head kernel or the chunked head for a Turbo trainer's fused calls (passes/chunked_ce/head_choice.py):
 the two give the same per-row answer and gradients; on an accelerator the faster as measured takes the calls, and
-an SFT and a DPO run through TRL's kernel log stock's losses and metrics. The CPU is timed here as an accelerator
+an SFT, a DPO and a GRPO run through TRL's kernel log stock's losses and metrics. The CPU is timed here as an accelerator
 is, with the timings given by the test."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import torch
 
 from tests.llm.test_trl import assert_same_history, sft_history
 from tests.llm.test_trl_dpo import METRICS, assert_metric_close, dpo_history
+from tests.trainer_helpers import assert_losses_close
 from turbotrain.passes import device_timing
 from turbotrain.passes.chunked_ce import head_choice
 from turbotrain.passes.chunked_ce.logprobs import linear_log_probs
@@ -65,6 +66,18 @@ def test_a_dpo_run_through_trls_kernel_logs_stocks_metrics(tmp_path, trl_faster)
     _, stock = dpo_history(tmp_path, False)
     for metric in METRICS:
         assert_metric_close(metric, [e[metric] for e in fast], [e[metric] for e in stock])
+
+
+def test_a_grpo_run_through_trls_kernel_logs_stocks_metrics(tmp_path, trl_faster):
+    """GRPO's calls (the policy's log-probs and entropy, the reference's log-probs) at its sampling temperature."""
+    from tests.llm.test_trl_grpo import METRICS as GRPO_METRICS
+    from tests.llm.test_trl_grpo import grpo_run
+
+    _, fast = grpo_run(tmp_path, True)
+    assert set(head_choice.chosen_heads().values()) == {head_choice.TRL} and trl_faster
+    _, stock = grpo_run(tmp_path, False)
+    for metric in GRPO_METRICS:
+        assert_losses_close([e[metric] for e in fast], [e[metric] for e in stock], rtol=1e-5)
 
 
 def test_the_chunked_head_stays_where_it_measured_faster(tmp_path, monkeypatch):

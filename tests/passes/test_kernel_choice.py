@@ -54,6 +54,25 @@ def test_each_cpu_kernel_matches_padded_stock(family, task, kernel, monkeypatch)
     assert_same(loss_and_grads(stock, padded), got, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])  # causal GQA 4:1; a window of 8 under lengths up to 40
+def test_row_mask_gives_what_stock_gives_with_transformers_flattening_collator(family):
+    """`row_mask` stands for stock + DataCollatorWithFlattening in the choice (kernel_choice.STOCK_PATH): through
+    turbotrain's packing it gives the loss and every gradient stock gives on the same sequences flattened."""
+    from transformers import DataCollatorWithFlattening
+
+    stock, model, report, padded, packed = _packed_pair(family)
+    rows = zip(padded["input_ids"], padded["labels"], padded["attention_mask"].bool())
+    features = [{"input_ids": ids[real].tolist(), "labels": labels[real].tolist()} for ids, labels, real in rows]
+    flattened = DataCollatorWithFlattening(return_tensors="pt")(features)
+    assert flattened["input_ids"].shape[0] == 1 and "attention_mask" not in flattened
+    with kernel_choice.forced("row_mask"):
+        got = loss_and_grads(model, packed)
+    assert kernel_choice.USED.get("row_mask")
+    # as Trainer runs it: `use_cache` off (Trainer sets the config's from its arguments), else Transformers makes
+    # a cache, skips its packed-sequence detection and attends across the flattened sequences
+    assert_same(loss_and_grads(stock, flattened, use_cache=False), got, rtol=1e-5, atol=1e-6)
+
+
 def _published_call(stock, original="sdpa", window=None, lengths=(300, 1, 77, 128, 5, 64, 64, 2), capacity=384,
                     causal=True):  # fmt: skip
     """One attention call at Qwen2.5-0.5B's layout (14 query heads, 2 KV heads of 64: its published config),
@@ -112,7 +131,8 @@ def _sdpa_call(**options):
     "milliseconds,expected",
     [
         ({"per_length": 10.0, "row_mask": 5.0}, "row_mask"),  # twice as fast: chosen
-        ({"per_length": 10.0, "row_mask": 9.5}, "per_length"),  # within the 10% margin: the preferred one stays
+        ({"per_length": 10.0, "row_mask": 9.5}, "row_mask"),  # within the margin, but never slower than stock's way
+        ({"per_length": 9.5, "row_mask": 10.0}, "per_length"),
         ({"per_length": 3.0, "row_mask": 5.0}, "per_length"),
     ],
 )

@@ -156,6 +156,18 @@ def test_a_kernel_that_raised_is_dropped_for_its_device_and_dtype_only():
         ({"torch_varlen": 1.0, "per_length": 1.05}, ["torch_varlen", "per_length"], "torch_varlen"),
         ({"torch_varlen": 1.0, "per_length": 0.5}, ["torch_varlen", "per_length"], "per_length"),
         ({"per_length": 1.0}, ["torch_varlen", "per_length"], "per_length"),  # the preferred one disagreed
+        # the margin keeps the preferred kernel against turbotrain's own, never against stock + flattening's way:
+        (
+            {"torch_varlen": 1.0, "per_length": 0.95, "row_mask": 1.2},
+            ["torch_varlen", "per_length", "row_mask"],
+            "torch_varlen",
+        ),
+        (
+            {"torch_varlen": 1.0, "per_length": 0.95, "row_mask": 0.98},
+            ["torch_varlen", "per_length", "row_mask"],
+            "per_length",
+        ),
+        ({"torch_varlen": 1.0, "row_mask": 0.99}, ["torch_varlen", "row_mask"], "row_mask"),
     ],
 )
 def test_the_choice_rule_on_given_timings(timings, names, expected):

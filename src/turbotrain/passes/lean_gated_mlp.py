@@ -49,6 +49,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from turbotrain.boundaries import liger_boundary
 from turbotrain.boundaries.torch_boundary import (
     module_hooks_apply,
     saved_tensors_hooks_active,
@@ -252,10 +253,14 @@ def _own_forward(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
-    """Why this run keeps the MLPs stock: non-reentrant gradient checkpointing (Transformers' and TRL's default kind)
-    packs every saved tensor of a layer itself, so the lean forward would step aside on every call; the summary says
-    so instead of listing the pass. Reentrant checkpointing keeps it (the recomputed forward is lean)."""
+    """Why this run keeps the MLPs stock: Liger's gated MLP takes their forward (`use_liger_kernel=True`, bound on
+    each instance at train() after this pass would be), or non-reentrant gradient checkpointing (Transformers' and
+    TRL's default kind) packs every saved tensor of a layer itself, so the lean forward would step aside on every
+    call; the summary says so instead of listing the pass. Reentrant checkpointing keeps it (the recomputed forward
+    is lean)."""
     args = trainer.args
+    if "mlp" in liger_boundary.liger_replaces(trainer.model, args):
+        return "use_liger_kernel=True: Liger's SwiGLU/GeGLU replaces each MLP's forward"
     on = getattr(args, "activation_checkpointing", getattr(args, "gradient_checkpointing", False))
     kwargs = getattr(args, "activation_checkpointing_kwargs", getattr(args, "gradient_checkpointing_kwargs", None))
     if not on or (kwargs or {}).get("use_reentrant") is True or trainer.model is None or not gated_mlps(trainer.model):

@@ -59,6 +59,7 @@ from typing import Protocol
 import torch
 from torch import nn
 
+from turbotrain.boundaries import liger_boundary
 from turbotrain.modeling import (
     IGNORE_INDEX,
     decoder_input_ids,
@@ -351,6 +352,21 @@ def apply_label_sparsity(
 # --- registration (passes/registry.py) ---------------------------------------------------------------
 
 
+LIGER_FORWARD = (
+    "use_liger_kernel=True: Liger's fused linear cross-entropy replaces the model's forward with its own head and "
+    "loss; liger_kernel_config={'fused_linear_cross_entropy': False} keeps turbotrain's"
+)
+
+
+def trainer_refusal(trainer, facts: TrainerFacts) -> str | None:
+    """Why `trainer` leaves the head and its loss stock: Liger's forward takes them (it hands the hidden states and
+    the head's weight to its own fused loss and never calls the head, so the kept rows would meet every row's
+    hidden state), or the loss reads the full logits (`reads_full_logits`)."""
+    if "forward" in liger_boundary.liger_replaces(getattr(trainer, "model", None), trainer.args):
+        return LIGER_FORWARD
+    return reads_full_logits(trainer, facts)
+
+
 def reads_full_logits(trainer, facts: TrainerFacts) -> str | None:
     """Why `trainer`'s loss needs the full logits (label smoothing, a custom `compute_loss_func`), or None. (A TRL
     trainer whose scored calls turbotrain does not answer refuses it by its facts: integrations/trl/.) Smoothing is
@@ -388,7 +404,7 @@ def host_rows_step(installed: LabelSparsity, inner, place: StepPlace):
 @register_pass(
     order=10,
     install=_install,
-    refused_by_trainer=reads_full_logits,
+    refused_by_trainer=trainer_refusal,
     refused_for=is_language_model,  # a classifier has no vocabulary head: nothing to refuse
     collator=host_rows_step,
     batch_keys=HOST_ROWS_KEYS,

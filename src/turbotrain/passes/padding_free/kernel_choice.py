@@ -13,7 +13,10 @@ then `REPEATS` timed runs (CUDA synchronised), the median kept. A kernel whose o
 `per_length`'s, the model's own function, by more than float rounding (1e-4 elementwise in fp32; where the call
 computes in half precision, `PackedCall.compute_dtype`, 5e-2 of each tensor's largest value), compared with
 attention dropout off (no two kernels draw the same mask; the timing keeps it), is dropped with a warning: only
-exact kernels are candidates. The fastest wins where it beats the first in the preference order by `MARGIN`, else that one (no flip-flopping on noise). The choice is logged once, kept for the
+exact kernels are candidates. The fastest wins where it beats the first in the preference order by `MARGIN`, else
+that one (no flip-flopping on noise), unless that one measured slower than `row_mask` (`STOCK_PATH`: what stock +
+`DataCollatorWithFlattening` runs, the model's own attention under a block-diagonal mask): then the fastest. So
+where the row mask is tried, the choice is never slower than stock + flattening's attention on the call measured. The choice is logged once, kept for the
 process (`CHOSEN`; `USED` counts the training calls each kernel took, which the run's summary names) and written to `$TURBOTRAIN_CACHE/packed_attention.json` for
 later runs on this machine. Cost: a few forward/backward passes of one layer's attention per new kind. A kernel
 that compiles (`COMPILED`: flex) read from the cache runs the call once, backward included, before a process
@@ -47,6 +50,7 @@ logger = logging.getLogger("turbotrain")
 CACHE_FILE = "packed_attention.json"
 REPEATS = 3
 MARGIN = 1.10  # a kernel replaces the preferred one only when at least 10% faster
+STOCK_PATH = "row_mask"  # stock + DataCollatorWithFlattening's way: the model's own attention, block-diagonal mask
 HALF_TOLERANCE = 5e-2  # of a tensor's largest value: kernels agreeing in bf16/fp16 (the GPU check's parity bound)
 CHOSEN: dict[CallKind, str] = {}
 USED: dict[str, int] = {}  # kernel -> training calls it took in this process (the run's summary)
@@ -219,11 +223,15 @@ def _measure(call: PackedCall, kind: CallKind, names: list[str]) -> str:
 
 def fastest_exact(timings: dict[str, float], names: list[str]) -> str:
     """The choice among `names` from their `timings` (the exact ones): the fastest where it beats the first of
-    `names` timed by `MARGIN`, else that one."""
+    `names` timed by `MARGIN`, else that one; but never one slower than `STOCK_PATH` where that was timed among
+    `names` (the margin keeps turbotrain's preference among its own kernels, never against stock's way)."""
     timed = {name: seconds for name, seconds in timings.items() if name in names}
     preferred = next(name for name in names if name in timed)
     fastest = min(timed, key=timed.get)
-    return fastest if timed[fastest] * MARGIN < timed[preferred] else preferred
+    chosen = fastest if timed[fastest] * MARGIN < timed[preferred] else preferred
+    if STOCK_PATH in timed and timed[chosen] > timed[STOCK_PATH]:
+        return fastest
+    return chosen
 
 
 def timed_kernels(call: PackedCall, names: list[str], training: bool, what: str = "these calls") -> dict[str, float]:
