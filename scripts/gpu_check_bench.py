@@ -337,10 +337,10 @@ def make_trainer(task, peer, model, examples, output_dir, device, quick, sizes: 
         kw["backend"] = "onnxruntime"
     if peer.endswith("torch_compile"):  # Trainer's own torch.compile; turbotrain's auto steps aside under it
         kw.update(torch_compile=True, torch_compile_backend="eager" if quick else "inductor")
+    if "liger" in peer:  # `turbotrain + liger` (the realshape section's): TurboTrainer with Liger's kernels
+        kw.update(use_liger_kernel=True)
     if peer.startswith("turbotrain"):
         return TurboTrainer(model=model, args=TurboTrainingArguments(**kw), train_dataset=data, data_collator=counting)
-    if peer == "liger":
-        kw.update(use_liger_kernel=True)
     return Trainer(model=model, args=TrainingArguments(**kw), train_dataset=data, data_collator=counting)
 
 
@@ -387,10 +387,11 @@ def run_peer(task: str, peer: str, model, examples, device: torch.device, quick:
 
 
 def isolated(peer: str):
-    """Around a peer that patches Transformers for the process (`liger`): its patches undone afterwards."""
+    """Around a peer that patches Transformers for the process (`liger`, `turbotrain + liger`): its patches undone
+    afterwards."""
     from scripts.gpu_check_isolation import transformers_patches_undone
 
-    return transformers_patches_undone() if peer == "liger" else contextlib.nullcontext()
+    return transformers_patches_undone() if "liger" in peer else contextlib.nullcontext()
 
 
 def measure(build, warmup: int, device: torch.device) -> dict:

@@ -8,12 +8,13 @@ nothing downloaded): for each of `qwen2.5-0.5b` (batch 8) and `llama3.2-1b` (bat
 * dpo: TRL's DPOTrainer, full fine-tune against a separate reference model (a copy of the same weights), batch/2
   pairs of a prompt (median 250) and two completions (median 250 each), beta 0.1, reference log-probs in the step.
 Peers (scripts/gpu_check_bench.py builds the Trainer ones as a user writes them): `stock (sdpa)`, `turbotrain`,
-`stock + flattening`, `liger`, `trl defaults` (SFTTrainer / DPOTrainer with their config's defaults: gradient
+`stock + flattening`, `liger`, `turbotrain + liger` (TurboTrainer with `use_liger_kernel=True`: Liger's fused
+loss and layers, turbotrain's other passes), `trl defaults` (SFTTrainer / DPOTrainer with their config's defaults: gradient
 checkpointing on, TRL >= 1.15's fused LM head on GPUs), `trl defaults + turbotrain` (turbo(SFTTrainer)),
 `stock (flash_attention_2)`, `turbotrain (onnxruntime)`, `torch_compile` (Trainer's own), `turbotrain +
 torch_compile` (TurboTrainer under Trainer's torch.compile: auto steps aside, the passes run inside the compiled
 model); DPO: `trl defaults` is its stock,
-beside `turbotrain` (turbo(DPOTrainer), same config) and `liger`. A peer that needs what is not installed is a
+beside `turbotrain` (turbo(DPOTrainer), same config), `liger` and `turbotrain + liger`. A peer that needs what is not installed is a
 row saying why. Every round trains each peer from the same weights on the same batches (A B C A B C ...),
 `warmup` untimed steps then `steps` timed. `--quick` (CPU): 2 rounds, QUICK_CONFIG's 2 layers of hidden 64.
 Reported per row: median tokens/s over the rounds (real tokens: DPO counts both rows of a pair), speed against the
@@ -28,7 +29,10 @@ skipped with their estimate. A row's estimate: rounds x (SETUP_S + (warmup + ste
 EST_MFU of the peak) (+ COMPILE_S per round for the torch_compile pair, + EXPORT_S for onnxruntime), the step's FLOPs from
 the generated batches. EST_MFU 3% is the H200 run's stock SFT at its 8-layer check shape (0.7%, the head over a
 152k vocabulary most of the step) scaled by the published shapes' 3x deeper body; it is a guess, so every row
-reports its estimate beside its measured seconds. The default budget, 330 s, leaves room for two runs in 15
+reports its estimate beside its measured seconds. Where rows were skipped and time is left after them, a second
+pass scales every estimate by what the first pass measured (wall over estimate, the compiling rows apart) and runs
+the skipped rows that fit then, in the same priority order, each workload's stock again beside them for their
+ratios (`second_pass`). The default budget, 330 s, leaves room for two runs in 15
 minutes of device time: 120 s start-up + 2 x (330 s + ~30 s for the wheels' install and imports) = 840 s.
 """
 
@@ -65,6 +69,7 @@ SFT_PEERS = (
     "turbotrain",
     "stock + flattening",
     "liger",
+    "turbotrain + liger",
     "trl defaults",
     "trl defaults + turbotrain",
     "stock (flash_attention_2)",
@@ -73,7 +78,7 @@ SFT_PEERS = (
     "turbotrain + torch_compile",
 )
 COMPILES = ("torch_compile", "turbotrain + torch_compile")  # planned last: each round compiles
-DPO_PEERS = ("trl defaults", "turbotrain", "liger")
+DPO_PEERS = ("trl defaults", "turbotrain", "liger", "turbotrain + liger")
 FIRST = ("stock (sdpa)", "turbotrain")  # then the 2026-12-04 run's fastest SFT peers, then TRL's, compiles last
 LARGE_WHEEL = "its wheel is too large to carry to a GPU machine without a package index (64 MiB per call)"
 
@@ -107,7 +112,7 @@ def unavailable(workload: Workload, peer: str, device: torch.device) -> str | No
     """Why `peer` cannot run here (a package missing, not meaningful), or None."""
     if peer in ("trl defaults", "trl defaults + turbotrain") and importlib.util.find_spec("trl") is None:
         return "trl not installed"
-    if peer == "liger" and importlib.util.find_spec("liger_kernel") is None:
+    if "liger" in peer and importlib.util.find_spec("liger_kernel") is None:
         return "liger-kernel not installed"
     if peer == "stock (flash_attention_2)" and importlib.util.find_spec("flash_attn") is None:
         return f"flash-attn not installed: {LARGE_WHEEL}, and none is built for this torch/CUDA"
@@ -240,7 +245,7 @@ def dpo_trainer(peer: str, model, examples, output_dir: str, device: torch.devic
     from scripts.gpu_check_bench import common_arguments, in_memory_dataset
     from trl import DPOConfig, DPOTrainer
 
-    if peer == "turbotrain":
+    if peer.startswith("turbotrain"):
         from turbotrain import turbo, turbo_arguments
 
         DPOConfig, DPOTrainer = turbo_arguments(DPOConfig), turbo(DPOTrainer)  # noqa: N806
@@ -255,7 +260,7 @@ def dpo_trainer(peer: str, model, examples, output_dir: str, device: torch.devic
     }
     kw = common_arguments(output_dir, replace(s, batch=s.batch // 2), device, quick=False)
     kw.pop("remove_unused_columns")
-    options = {"use_liger_kernel": True} if peer == "liger" else {}
+    options = {"use_liger_kernel": True} if "liger" in peer else {}
     args = DPOConfig(**kw, **options, beta=0.1, max_length=None, precompute_ref_log_probs=False)
     trainer = DPOTrainer(
         model=copy.deepcopy(model),
@@ -334,7 +339,72 @@ def realshape_rows(
         _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline)
         if on_progress is not None:  # the table so far, written out: a call cut off at its limit keeps it
             on_progress(_ordered(rows), peak_text)
+    for workload, again in second_pass(rows, deadline.left()).items():  # what the guessed estimates left out
+        _run_again(workload, again, rows, device, quick, rounds, peak, deadline)
+        if on_progress is not None:
+            on_progress(_ordered(rows), peak_text)
     return _ordered(rows), peak_text
+
+
+BUDGET_SKIP = "skipped: time budget ("
+
+
+def _scales(rows: dict) -> dict[bool, float]:
+    """Measured wall over estimate of the rows that ran, the compiling ones (True) apart from the others; 1.0
+    where none of a kind ran."""
+    sums = {True: [0.0, 0.0], False: [0.0, 0.0]}
+    for (_, peer), row in rows.items():
+        if row.get("rounds") and "wall s" in row:
+            part = sums[peer in COMPILES]
+            part[0] += float(row["wall s"])
+            part[1] += float(row["est. s"])
+    return {kind: wall / estimate if estimate else 1.0 for kind, (wall, estimate) in sums.items()}
+
+
+def second_pass(rows: dict, left_s: float) -> dict[Workload, list[str]]:
+    """The rows the first plan skipped for time that fit in `left_s` once every estimate is scaled by what the
+    first pass measured (`_scales`), in priority order; each workload's stock runs again beside them (its ratios
+    are per round), counted once. The chosen rows get `planned s`, their own scaled estimate."""
+    scale = _scales(rows)
+    if not any(row.get("rounds") for row in rows.values()):
+        return {}  # nothing measured: the guess stands
+    planned, again = 0.0, {}
+    for (workload, peer), row in rows.items():  # the plan's order
+        if not str(row.get("note", "")).startswith(BUDGET_SKIP):
+            continue
+        own = float(row["est. s"]) * scale[peer in COMPILES]
+        stock = rows[(workload, workload.stock())]
+        if stock.get("result") == "ERROR":
+            continue
+        need = own
+        if workload not in again and peer != workload.stock() and stock.get("rounds"):
+            need += float(stock["est. s"]) * scale[False]
+        if planned + need > left_s:
+            continue
+        planned += need
+        row["planned s"] = own
+        again.setdefault(workload, []).append(peer)
+    return again
+
+
+def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline) -> None:
+    """`peers` of the second pass, interleaved with `workload`'s stock as in the first: where stock ran then, its
+    rounds here only give these rows their ratios (its own row keeps the first pass's)."""
+    stock = workload.stock()
+    view = dict(rows)
+    if stock not in peers:
+        scaled = float(rows[(workload, stock)]["est. s"]) * _scales(rows)[False]
+        view[(workload, stock)] = {**rows[(workload, stock)], "planned s": scaled}
+        peers = [stock, *peers]
+    for peer in peers:
+        if view[(workload, peer)] is rows[(workload, peer)]:
+            for key in ("result", "note"):
+                rows[(workload, peer)].pop(key, None)
+    _run_workload(workload, peers, view, device, quick, rounds, peak, deadline)
+    for peer in peers:
+        row = rows[(workload, peer)]
+        if view[(workload, peer)] is row and peer != stock:
+            row["note"] = "; ".join(filter(None, ["second pass, beside a stock of its own", row.get("note")]))
 
 
 def _ordered(rows: dict) -> list[dict]:
@@ -354,7 +424,7 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
             row = rows[(workload, peer)]
             if row.get("result") == "ERROR":
                 continue
-            segment = float(row["est. s"]) / rounds
+            segment = float(row.get("planned s", row["est. s"])) / rounds
             if not quick and deadline.left() < segment:  # round 1 too: the estimates are guesses
                 row["note"] = f"{index} of {rounds} rounds: time budget"
                 continue

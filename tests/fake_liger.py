@@ -1,5 +1,5 @@
 """A stand-in for liger-kernel on a machine without a GPU (Liger's kernels are Triton's): its per-instance patch
-as Liger 0.8.2 makes it for a Llama (`apply_liger_kernel_to_llama(model=...)`), with torch's arithmetic in place of
+as Liger 0.8.2 makes it for a Llama or a Qwen2 (`apply_liger_kernel_to_llama(model=...)`, its Qwen2 function alike), with torch's arithmetic in place of
 its kernels.
 
 What is the same as Liger's, and what the tests rely on: the table `MODEL_TYPE_TO_APPLY_LIGER_FN` of
@@ -66,7 +66,7 @@ def _apply_liger_kernel_to_instance(model, **kwargs):
         apply(model=model, **kwargs)
 
 
-MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": apply_liger_kernel_to_llama}
+MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": apply_liger_kernel_to_llama, "qwen2": apply_liger_kernel_to_llama}  # alike
 
 
 def install(monkeypatch) -> list[dict]:

@@ -9,7 +9,7 @@ sequence's summed log-probs by its own factor; GRPO per token, RLOO per sequence
 rows are one block of real tokens, packed inside the call (passes/padding_free/scored_calls.py);
 `reference_model`: its own `ref_model` (full fine-tuning), answered too; `releases`: the TRL releases its calls
 were checked against (empty: any); `refusal(trainer)`: a setting under which its calls are not answered (Liger's
-loss, WPO's weighting, GRPO's entropy bonus, which takes a gradient through the entropy the chunked op returns
+loss in a TRL release other than 1.16, WPO's weighting, GRPO's entropy bonus, which takes a gradient through the entropy the chunked op returns
 without one, `cast_lm_head_to_fp32`). A TRL trainer whose calls are not answered (another release, a refusal,
 ORPO and every trainer not in the table) scores its tokens itself: label sparsity is refused for it, with why.
 """
@@ -28,7 +28,15 @@ from turbotrain.trainer import register_integration
 
 
 def _liger(trainer) -> str | None:
-    return "Liger's kernels are on" if getattr(trainer.args, "use_liger_kernel", False) else None
+    """TRL 1.16's trainers turn Liger's fused loss off and keep their fused LM head (Liger's layer kernels only), so
+    their calls are answered as without Liger (what Liger does replace, the passes see: boundaries/liger_boundary.py);
+    another release may compute the loss with Liger's own."""
+    if not getattr(trainer.args, "use_liger_kernel", False):
+        return None
+    version = trl_boundary.trl_version()
+    if version.startswith(CHECKED):
+        return None
+    return f"Liger's kernels are on, and TRL {version} is not a release turbotrain checked them with (1.16)"
 
 
 def _sft_refusal(trainer) -> str | None:
