@@ -5,6 +5,7 @@ audit of turbotrain's steps, then the benchmark table against stock and its peer
     python scripts/gpu_check.py --device cpu --quick                  # CI: the same code paths at tiny sizes
     python scripts/gpu_check.py --only parity,sync,backends,bench --budget-s 420
     python scripts/gpu_check.py --only realshape --out realshape.md   # published shapes, 3 rounds (330 s)
+    python scripts/gpu_check.py --only kernels,heads,realshape        # the first call of a 15-minute lease (330 s)
 
 Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each measures):
   parity    every pass, alone and together, one step against stock: loss, every gradient, finiteness
@@ -17,7 +18,7 @@ Sections (scripts/gpu_check_parity.py, scripts/gpu_check_bench.py say what each 
   sharded   DeepSpeed ZeRO-3 and FSDP2 (torchrun, a process per GPU): losses and weights against stock under each
   bench     sft, sft-lora, clm, mlm, asr in bf16: tokens/s, MFU (H200 bf16 peak), peak memory, loss vs stock
   realshape Qwen2.5-0.5B and Llama-3.2-1B shapes: SFT full and LoRA, DPO; 3 interleaved rounds, medians (not
-            in the default sections: `--only realshape`, its own default budget of 330 s)
+            in the default sections: `--only realshape`; a run with it has a default budget of 330 s)
 Time: `--budget-s` (default 450 on CUDA: under 8 minutes on one H200 with the start-up) bounds the whole run;
 the child processes (xla, the sharded engines) get at most what is left of it (skipped under 30 s); the benchmark rows run in priority order (stock and turbotrain first, torch_compile last) and a row that
 would start too late is listed as skipped, never cut off midway. Offline: models from configs, data made
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown sections {sorted(unknown)}; choose from {', '.join(SECTIONS)}")
-    default = 330.0 if sections == ["realshape"] else 450.0  # realshape: gpu_check_realshape.py's arithmetic
+    default = 330.0 if "realshape" in sections else 450.0  # realshape: gpu_check_realshape.py's arithmetic
     budget = args.budget_s if args.budget_s is not None else (default if device.type == "cuda" else 3600.0)
     shapes = tuple(args.shapes.split(",")) if args.shapes else None
     peers = tuple(args.peers.split(",")) if args.peers else None
