@@ -349,15 +349,15 @@ def realshape_rows(
 BUDGET_SKIP = "skipped: time budget ("
 
 
-def _scales(rows: dict) -> dict[bool, float]:
-    """Measured wall over estimate of the rows that ran, the compiling ones (True) apart from the others; 1.0
-    where none of a kind ran."""
+def _scales(rows: dict, rounds: int = ROUNDS) -> dict[bool, float]:
+    """Measured wall over estimate of the rows that ran (each row's estimate for the rounds it ran of `rounds`),
+    the compiling ones (True) apart from the others; 1.0 where none of a kind ran."""
     sums = {True: [0.0, 0.0], False: [0.0, 0.0]}
     for (_, peer), row in rows.items():
         if row.get("rounds") and "wall s" in row:
             part = sums[peer in COMPILES]
             part[0] += float(row["wall s"])
-            part[1] += float(row["est. s"])
+            part[1] += float(row["est. s"]) * min(row["rounds"], rounds) / rounds
     return {kind: wall / estimate if estimate else 1.0 for kind, (wall, estimate) in sums.items()}
 
 
@@ -377,6 +377,8 @@ def second_pass(rows: dict, left_s: float) -> dict[Workload, list[str]]:
         if stock.get("result") == "ERROR":
             continue
         need = own
+        if peer != workload.stock() and not stock.get("rounds") and workload.stock() not in again.get(workload, []):
+            continue  # no stock rounds to give its ratios, and none planned
         if workload not in again and peer != workload.stock() and stock.get("rounds"):
             need += float(stock["est. s"]) * scale[False]
         if planned + need > left_s:
@@ -384,7 +386,7 @@ def second_pass(rows: dict, left_s: float) -> dict[Workload, list[str]]:
         planned += need
         row["planned s"] = own
         again.setdefault(workload, []).append(peer)
-    return again
+    return {workload: peers for workload, peers in again.items() if peers != [workload.stock()]}  # no stock alone
 
 
 def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline) -> None:

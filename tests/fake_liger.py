@@ -13,6 +13,7 @@ cross-entropy; act(gate) * up), so the losses are stock's to float rounding.
 from __future__ import annotations
 
 import importlib.machinery
+import inspect
 import sys
 import types
 
@@ -61,9 +62,14 @@ def apply_liger_kernel_to_llama(rope=True, cross_entropy=False, fused_linear_cro
 
 
 def _apply_liger_kernel_to_instance(model, **kwargs):
-    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(model.config.model_type)
-    if apply is not None:
-        apply(model=model, **kwargs)
+    apply = MODEL_TYPE_TO_APPLY_LIGER_FN.get(getattr(model.config, "model_type", None))
+    if apply is not None:  # as Liger: only the keywords the function takes
+        taken = inspect.signature(apply).parameters
+        apply(model=model, **{key: value for key, value in kwargs.items() if key in taken})
+
+
+for _function in (lce_forward, swiglu_forward):  # where Liger's live: what liger_boundary.already_replaced reads
+    _function.__module__ = "liger_kernel.transformers.model.llama"
 
 
 MODEL_TYPE_TO_APPLY_LIGER_FN = {"llama": apply_liger_kernel_to_llama, "qwen2": apply_liger_kernel_to_llama}  # alike

@@ -72,6 +72,30 @@ def test_the_boundary_reads_ligers_table_and_its_defaults(monkeypatch, config, e
     assert liger_boundary.liger_replaces(make("llama"), SimpleNamespace(use_liger_kernel=False)) == frozenset()
 
 
+def test_what_liger_already_bound_is_read_from_the_instance(monkeypatch):
+    """Transformers 5.0 patches in Trainer's __init__, before a TRL trainer turns Liger's fused loss off in its own
+    config: the instance says what was replaced."""
+    from types import SimpleNamespace
+
+    fake_liger.install(monkeypatch)
+    model = make("llama")
+    fake_liger._apply_liger_kernel_to_instance(model)
+    args = SimpleNamespace(use_liger_kernel=True, liger_kernel_config={"fused_linear_cross_entropy": False})
+    assert liger_boundary.liger_replaces(model, args) == {"forward", "mlp"}
+    assert liger_boundary.already_replaced(make("llama")) == frozenset()
+
+
+def test_a_liger_release_without_the_table_reads_as_replacing_everything(monkeypatch):
+    from types import SimpleNamespace
+
+    fake_liger.install(monkeypatch)
+    monkeypatch.delattr(
+        fake_liger.sys.modules["liger_kernel.transformers.monkey_patch"], "MODEL_TYPE_TO_APPLY_LIGER_FN"
+    )
+    args = SimpleNamespace(use_liger_kernel=True, liger_kernel_config=None)
+    assert liger_boundary.liger_replaces(make("gpt2"), args) == {"forward", "mlp"}
+
+
 def test_without_liger_kernel_nothing_is_read_as_replaced(monkeypatch):
     from types import SimpleNamespace
 

@@ -148,6 +148,18 @@ def test_the_fastest_exact_kernel_is_chosen_once_and_cached(monkeypatch, tmp_pat
     assert kernel_choice.choose(call) == expected and len(measured) == 2
 
 
+def test_a_cached_choice_of_an_earlier_rule_is_chosen_again_from_its_timings(monkeypatch):
+    """An entry an earlier release wrote (its 10% margin kept per_length 5% slower than the row mask) is read by
+    today's rule from its own timings, without measuring again."""
+    from turbotrain.utils.cache import write_entry
+
+    measured = _timed(monkeypatch, {"per_length": 10.0, "row_mask": 9.5})
+    call = _sdpa_call()
+    entry = {"kernel": "per_length", "ms": {"per_length": 10.0, "row_mask": 9.5}, "kind": {}}
+    write_entry(kernel_choice.CACHE_FILE, kernel_choice.CallKind.of(call).key(), entry)
+    assert kernel_choice.choose(call) == "row_mask" and measured == []
+
+
 def test_another_kind_of_call_is_measured_on_its_own(monkeypatch):
     measured = _timed(monkeypatch, {"per_length": 10.0, "row_mask": 5.0})
     kernel_choice.choose(_sdpa_call())

@@ -228,6 +228,10 @@ def test_the_second_pass_runs_what_the_guess_skipped_where_the_first_pass_measur
     assert second_pass(untouched, left_s=1000.0) == {}  # nothing measured: the first plan's guess stands
     rows[(sft, "stock (sdpa)")]["result"] = "ERROR"
     assert sft not in second_pass(rows, left_s=1000.0)  # no stock to give ratios
+    cut = {(lora, "stock (sdpa)"): _budget_skipped(15), (lora, "turbotrain"): _ran(15, 5),
+           (lora, "liger"): _budget_skipped(15)}  # fmt: skip
+    assert second_pass(cut, left_s=9.0) == {}  # its stock does not fit: neither does a row that needs its ratios
+    assert second_pass(cut, left_s=10.0) == {lora: ["stock (sdpa)", "liger"]}
 
 
 def test_the_second_pass_keeps_stocks_first_rounds_in_its_row(monkeypatch):

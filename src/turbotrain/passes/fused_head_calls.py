@@ -22,9 +22,9 @@ it: `trl_boundary.py: fused_call_weighting`):
 * `PER_ROW`: `turbo(DPOTrainer)` (without WPO's `use_weighting`, which reads `log_sum_sq_probs`): any weight
   per token (DPO's per-sequence factor, `ld_alpha`); the op of chunked_ce/logprobs.py, whose backward
   recomputes each chunk's logits for a trainable head, and which also gives TRL's `mean_logits`;
-  `turbo(KTOTrainer)` the same (DPO's calls and outputs, TRL 1.16, without Liger: trl_boundary.kto_refusal);
-  `turbo(GRPOTrainer)` and `turbo(RLOOTrainer)` the same (TRL 1.16, without an entropy bonus,
-  `cast_lm_head_to_fp32` or Liger: trl_boundary.rl_refusal): their fused head divides the logits by the
+  `turbo(KTOTrainer)` the same (DPO's calls and outputs, TRL 1.16: integrations/trl/);
+  `turbo(GRPOTrainer)` and `turbo(RLOOTrainer)` the same (TRL 1.16, without an entropy bonus or
+  `cast_lm_head_to_fp32`: integrations/trl/): their fused head divides the logits by the
   sampling temperature, which the op applies as TRL's kernel does (`ChunkedHead.temperature`, set by the
   trainer: trl_boundary.fused_call_temperature); they read `log_probs` and `entropy` (without gradient: their
   loss takes none through the entropy unless GRPO's entropy bonus is on, which steps aside). GRPO weights

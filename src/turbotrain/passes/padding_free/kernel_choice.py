@@ -184,13 +184,24 @@ def choose(call: PackedCall) -> str:
     chosen = CHOSEN.get(kind)
     if chosen is None:
         cached = read_entry(CACHE_FILE, kind.key())
-        chosen = cached.get("kernel") if isinstance(cached, dict) else None
+        chosen = _cached_choice(cached, names)
         if chosen not in names or (chosen in COMPILED and not _runs(call, chosen, kind.training)):
             if torch_boundary.saved_tensors_hooks_active():  # checkpointing counts saved tensors: measure later
                 return names[0]
             chosen = _measure(call, kind, applicable(call, failed_for(call)))
         CHOSEN[kind] = chosen
     return chosen if chosen in names else names[0]
+
+
+def _cached_choice(entry, names: list[str]) -> str | None:
+    """The kernel a cache entry names, chosen again by today's rule (`fastest_exact`) from its timings where they
+    cover it (an entry written by an earlier release may have kept a kernel slower than the row mask)."""
+    if not isinstance(entry, dict):
+        return None
+    timings = {name: ms / 1e3 for name, ms in (entry.get("ms") or {}).items() if isinstance(ms, (int, float))}
+    if entry.get("kernel") in names and any(name in timings for name in names):
+        return fastest_exact(timings, names)
+    return entry.get("kernel")
 
 
 def _runs(call: PackedCall, name: str, training: bool) -> bool:
