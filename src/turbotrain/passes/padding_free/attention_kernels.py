@@ -47,6 +47,7 @@ from turbotrain.passes.padding_free import flex_kernel
 from turbotrain.passes.padding_free.packed_sequences import (
     CU_SEQ_LENS,
     MAX_LENGTHS,
+    OncePerForward,
     PackedSequences,
     real_tokens_only,
     segment_ids,
@@ -155,15 +156,28 @@ def _band(length: int, causal: bool, window: int | None, eager: bool, like: torc
     allowed = distance >= 0 if causal else torch.ones_like(distance, dtype=torch.bool)
     if binds:
         allowed &= distance.abs() < window
-    return _as_mask(allowed[None, None], eager, like)
+    return _as_mask(allowed[None, None], eager, like.dtype, like.device)
 
 
-def _as_mask(allowed: torch.Tensor, eager: bool, like: torch.Tensor) -> torch.Tensor:
+@OncePerForward
+def _block_mask(cu_seq_lens: torch.Tensor, rows: int, capacity: int, causal: bool, window: int | None,
+                eager: bool, dtype: torch.dtype, device) -> torch.Tensor:  # fmt: skip
+    """[R, 1, C, C]: which key each query of a packed row meets (its own segment, causally, within the window), as
+    a bool mask, or as the additive mask of the model's eager attention. Built once a forward (OncePerForward)."""
+    segment = segment_ids(cu_seq_lens, rows * capacity, device).view(rows, capacity)
+    distance = torch.arange(capacity, device=device)[:, None] - torch.arange(capacity, device=device)
+    allowed = segment[:, :, None] == segment[:, None, :]  # [R, C, C]
+    if causal:
+        allowed &= distance >= 0
+    if window is not None and window < capacity:
+        allowed &= distance.abs() < window
+    return _as_mask(allowed[:, None], eager, dtype, device)
+
+
+def _as_mask(allowed: torch.Tensor, eager: bool, dtype: torch.dtype, device) -> torch.Tensor:
     if not eager:
         return allowed
-    return torch.zeros(allowed.shape, dtype=like.dtype, device=like.device).masked_fill(
-        ~allowed, torch.finfo(like.dtype).min
-    )
+    return torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
 
 
 def row_mask(call: PackedCall) -> torch.Tensor:
@@ -171,15 +185,9 @@ def row_mask(call: PackedCall) -> torch.Tensor:
     segment, so no query meets no key; their outputs are then zeroed)."""
     query, value = call.query, call.value
     rows, heads, capacity, _ = query.shape
-    segment = segment_ids(call.kwargs[CU_SEQ_LENS[0]], rows * capacity, query.device).view(rows, capacity)
-    distance = torch.arange(capacity, device=query.device)[:, None] - torch.arange(capacity, device=query.device)
-    allowed = segment[:, :, None] == segment[:, None, :]  # [R, C, C]
-    if call.causal:
-        allowed &= distance >= 0
-    if call.window is not None and call.window < capacity:
-        allowed &= distance.abs() < call.window
+    mask = _block_mask(call.kwargs[CU_SEQ_LENS[0]], rows, capacity, call.causal, call.window,
+                       call.original == "eager", query.dtype, query.device)  # fmt: skip
     keywords = call.model_keywords()  # with a mask, Transformers' SDPA is not causal: the mask carries it
-    mask = _as_mask(allowed[:, None], eager=call.original == "eager", like=query)
     out, _ = call.stock(call.module, query, call.key, value, mask, **keywords)  # [R, C, H, Dv]
     return real_tokens_only(out.reshape(rows * capacity, heads, out.shape[-1]), call.sequences.order)
 

@@ -46,7 +46,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from turbotrain import modeling
 from turbotrain.boundaries import hf_boundary
-from turbotrain.passes.padding_free import kernel_choice
+from turbotrain.passes.padding_free import kernel_choice, packed_sequences
 from turbotrain.passes.padding_free.attention_kernels import PackedCall
 from turbotrain.passes.padding_free.packed_sequences import PackedSequences
 from turbotrain.utils.batch_keys import ATTENTION_SEQUENCES
@@ -151,13 +151,16 @@ class AttentionSwitch:
 
     @torch.compiler.disable
     def mark_packed(self) -> None:
-        """Masks of this model are None until `unmark` (a packed forward is running)."""
+        """Masks of this model are None until `unmark` (a packed forward is running); the masks the kernels build
+        from the forward's segments are built once for all its layers meanwhile (packed_sequences.OncePerForward)."""
         self._marks.append(_packed_configs.set(_packed_configs.get() | self.config_ids))
+        packed_sequences.forward_begins()
 
     @torch.compiler.disable
     def unmark(self) -> None:
         if self._marks:
             _packed_configs.reset(self._marks.pop())
+            packed_sequences.forward_ends()
 
 
 class _Switched:
