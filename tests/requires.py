@@ -38,6 +38,10 @@ REQUIREMENTS: dict[str, tuple[Callable[[], bool], str]] = {
     },
     "espeak": (_espeak_available, "espeak-ng: apt-get install -y espeak-ng (scripts/install-speech.sh)"),
     "compiler": (lambda: bool(shutil.which("g++") or shutil.which("c++")), "a C++ compiler (g++) on PATH"),
+    "liger": (
+        lambda: is_available("liger_kernel"),
+        "liger-kernel (a GPU image's carried wheel: scripts/gpu_wheels.sh)",
+    ),
 }
 
 

@@ -104,9 +104,9 @@ def test_without_liger_kernel_nothing_is_read_as_replaced(monkeypatch):
     assert liger_boundary.liger_replaces(make("llama"), args) == frozenset()
 
 
+@pytest.mark.requires_liger
 def test_ligers_own_table_has_the_names_the_boundary_reads():
     """Pinned against the real package where it is installed (a GPU image with the carried wheels)."""
-    pytest.importorskip("liger_kernel")
     import inspect
 
     from liger_kernel.transformers import monkey_patch
