@@ -23,7 +23,7 @@ def made():
 def test_made_once_a_forward_and_forgotten_after_it(made):
     memo, calls = made
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
-    packed_sequences.forward_begins()
+    token = packed_sequences.forward_begins()
     try:
         first = memo(cu, 2)
         assert memo(cu, 2) is first and calls == [2]  # every layer of the forward: one make
@@ -32,25 +32,41 @@ def test_made_once_a_forward_and_forgotten_after_it(made):
         cu.add_(0)  # changed in place: its version moved
         memo(cu, 3)
         assert calls == [2, 3, 3, 3]
+        answer = memo(cu, 3)
+        answer.add_(1)  # an answer changed in place is made again
+        memo(cu, 3)
+        assert calls == [2, 3, 3, 3, 3]
     finally:
-        packed_sequences.forward_ends()
+        packed_sequences.forward_ends(token)
     assert memo.entry is None  # nothing kept past the forward
     memo(cu, 3)
     memo(cu, 3)
-    assert calls == [2, 3, 3, 3, 3, 3]  # outside a packed forward: each call makes its own
+    assert calls == [2, 3, 3, 3, 3, 3, 3]  # outside a packed forward: each call makes its own
 
 
 def test_a_compiled_region_makes_its_own(made, monkeypatch):
     memo, calls = made
     cu = torch.tensor([0, 4], dtype=torch.int32)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    packed_sequences.forward_begins()
+    token = packed_sequences.forward_begins()
     try:
         memo(cu, 1)
         memo(cu, 1)
     finally:
-        packed_sequences.forward_ends()
+        packed_sequences.forward_ends(token)
     assert calls == [1, 1]
+
+
+def test_a_forward_whose_end_was_missed_leaves_nothing_to_the_next(made):
+    memo, calls = made
+    cu = torch.tensor([0, 5], dtype=torch.int32)
+    missed = packed_sequences.forward_begins()  # its end does not come (where always_call hooks do not run)
+    memo(cu, 1)
+    token = packed_sequences.forward_begins()
+    assert memo.entry is None  # forgotten at the next forward's start
+    packed_sequences.forward_ends(token)
+    packed_sequences.forward_ends(missed)  # this test's context as it found it
+    assert packed_sequences._open_forwards.get() == 0
 
 
 @pytest.mark.skipif(OLD_RELEASE, reason="no packed attention on this Transformers release")

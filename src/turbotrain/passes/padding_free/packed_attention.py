@@ -116,7 +116,7 @@ class AttentionSwitch:
     def __init__(self, model: nn.Module, original: str):
         self.model, self.original = model, original
         self.config_ids = frozenset(id(m.config) for m in model.modules() if hasattr(m, "config"))
-        self._marks: list[contextvars.Token] = []
+        self._marks: list[tuple[contextvars.Token, contextvars.Token]] = []  # (configs, packed forwards)
 
     @classmethod
     def apply(cls, model: nn.Module) -> tuple[AttentionSwitch | None, str | None]:
@@ -153,14 +153,17 @@ class AttentionSwitch:
     def mark_packed(self) -> None:
         """Masks of this model are None until `unmark` (a packed forward is running); the masks the kernels build
         from the forward's segments are built once for all its layers meanwhile (packed_sequences.OncePerForward)."""
-        self._marks.append(_packed_configs.set(_packed_configs.get() | self.config_ids))
-        packed_sequences.forward_begins()
+        forward = packed_sequences.forward_begins()
+        self._marks.append((_packed_configs.set(_packed_configs.get() | self.config_ids), forward))
 
     @torch.compiler.disable
     def unmark(self) -> None:
         if self._marks:
-            _packed_configs.reset(self._marks.pop())
-            packed_sequences.forward_ends()
+            configs, forward = self._marks.pop()
+            try:
+                _packed_configs.reset(configs)
+            finally:
+                packed_sequences.forward_ends(forward)
 
 
 class _Switched:

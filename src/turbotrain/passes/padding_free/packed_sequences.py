@@ -20,6 +20,7 @@ The model-side hook hands it to the attention function as `turbotrain_sequences`
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass
 
 import torch
@@ -51,16 +52,27 @@ def segment_ids(cu_seq_lens: torch.Tensor, tokens: int, device) -> torch.Tensor:
 
 
 _MEMOS: list[OncePerForward] = []
-_open_forwards = [0]  # packed forwards running (AttentionSwitch.mark_packed / unmark): memos keep answers only then
+_open_forwards: contextvars.ContextVar[int] = contextvars.ContextVar("turbotrain_packed_forwards", default=0)
 
 
-def forward_begins() -> None:
-    _open_forwards[0] += 1
+def forward_begins() -> contextvars.Token:
+    """A packed forward begins (AttentionSwitch.mark_packed): memos keep answers until it ends. Every memo forgets
+    first, so nothing outlives a forward whose end was missed. The token goes to `forward_ends`."""
+    _forget_all()
+    return _open_forwards.set(_open_forwards.get() + 1)
 
 
-def forward_ends() -> None:
+def forward_ends(token: contextvars.Token) -> None:
     """A packed forward ended: every memo forgets its answer (nothing is held between steps)."""
-    _open_forwards[0] = max(_open_forwards[0] - 1, 0)
+    try:
+        _open_forwards.reset(token)
+    except ValueError:  # a token of another context (a DataParallel replica's thread): this one's count stands
+        pass
+    finally:
+        _forget_all()
+
+
+def _forget_all() -> None:
     for memo in _MEMOS:
         memo.forget()
 
@@ -69,14 +81,14 @@ class OncePerForward:
     """`make(*args)`, remembered within one packed forward while the tensors among `args` are the same objects,
     unmodified: every layer hands its attention the same `cu_seq_lens` and `order`, so a mask derived from them is
     built once a forward, not once a layer (about ten small kernels a layer for the row mask: 24 layers at
-    Qwen2.5-0.5B's depth). Forgotten when the forward ends (`forward_ends`), so nothing is held between steps;
-    outside a packed forward (a checkpointed layer recomputed in the backward), while compiling, and for inference
-    tensors (no version) each call makes its own. The key's tensors are held meanwhile, so no new tensor can take
-    their id or memory."""
+    Qwen2.5-0.5B's depth). Forgotten when a forward begins and when it ends, so nothing is held between steps;
+    outside a packed forward of this context (a checkpointed layer recomputed in the backward), while compiling,
+    and for tensors without storage or version (fake, inference) each call makes its own. The key's tensors are
+    held meanwhile, so no new tensor can take their id or memory; an answer changed in place is made again."""
 
     def __init__(self, make):
         self.make = make
-        self.entry: tuple | None = None  # (key, answer, the key's tensors): one tuple, swapped whole (replica threads)
+        self.entry: tuple | None = None  # (key, answer, its version, the key's tensors): swapped whole
         _MEMOS.append(self)
 
     @property
@@ -87,17 +99,17 @@ class OncePerForward:
         self.entry = None
 
     def __call__(self, *args):
-        if not _open_forwards[0] or torch.compiler.is_compiling():
+        if not _open_forwards.get() or torch.compiler.is_compiling():
             return self.make(*args)
         try:
             key = tuple((id(a), a._version, a.data_ptr(), a.device) if isinstance(a, torch.Tensor) else a for a in args)
-        except RuntimeError:  # an inference tensor
+        except RuntimeError:  # a tensor without storage (fake) or version counter (inference)
             return self.make(*args)
         entry = self.entry
-        if entry is not None and entry[0] == key:
+        if entry is not None and entry[0] == key and entry[1]._version == entry[2]:
             return entry[1]
         answer = self.make(*args)
-        self.entry = (key, answer, args)
+        self.entry = (key, answer, answer._version, args)
         return answer
 
 
