@@ -14,8 +14,9 @@ function with the config's keywords it takes, each defaulting as the function's 
 
 Where Liger has already patched the instance (Transformers 5.0 applies it in `Trainer.__init__`, before a TRL
 trainer turns its fused loss off in its own), what it bound is read from the instance: a forward whose function
-is Liger's. A Liger release without the table reads as replacing everything. Without liger-kernel nothing is patched here (Trainer raises its own ImportError naming the package), and a model
-type Liger does not know is left as it is (Liger logs so).
+is Liger's. A Liger release without the table reads as replacing everything. Without liger-kernel nothing is
+patched here (Trainer raises its own ImportError naming the package), and a model type Liger does not know is left
+as it is (Liger logs so).
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ import inspect
 FORWARD = "fused_linear_cross_entropy"  # the model's forward: Liger's head and loss
 MLP = ("swiglu", "geglu")  # each gated MLP's forward
 LIGER_TABLE = "MODEL_TYPE_TO_APPLY_LIGER_FN"
-
-
 EVERYTHING = frozenset({"forward", "mlp"})
 
 
