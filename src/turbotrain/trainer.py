@@ -189,12 +189,23 @@ class TurboMixin(TrainerBoundary):
     def training_step(self, *args, **kwargs):
         """Trainer's step, inside the bf16 emulation where it is on: forward and backward both, so gradient
         checkpointing's recomputation (run in the backward) is emulated as its forward was."""
-        with self._turbo_emulating():
+        with self._turbo_emulating(), self._turbo_forwards_end_on_error():
             return super().training_step(*args, **kwargs)
 
     def prediction_step(self, *args, **kwargs):
-        with self._turbo_emulating():
+        with self._turbo_emulating(), self._turbo_forwards_end_on_error():
             return super().prediction_step(*args, **kwargs)
+
+    @contextlib.contextmanager
+    def _turbo_forwards_end_on_error(self):
+        """A step that raises (an out-of-memory that `auto_find_batch_size` retries smaller) leaves no pass state
+        behind for the next forward: a compiled forward that raises skips the passes' closing hooks."""
+        try:
+            yield
+        except BaseException:
+            if self.turbo_report is not None:
+                self.turbo_report.end_forward()
+            raise
 
     def turbo_summary(self) -> str:
         """The run's one-line summary (training/run_summary.py): backend, active passes, optimizer, what is not active and why."""

@@ -18,6 +18,10 @@ class HookedPass:
             handle.remove()
         self._handles = []
 
+    def end_forward(self) -> None:
+        """Drop what a forward that raised left behind (its `always_call` forward hook, which normally drops it,
+        is skipped when a compiled forward raises); a pass holding state during a forward overrides it."""
+
 
 class ReplacedForwards:
     """Base of the passes that run some modules through their own `forward(module, *args, **kwargs)`, bound on each

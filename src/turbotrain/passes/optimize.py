@@ -50,6 +50,15 @@ class OptimizeReport:
         self.skipped.clear()
         self.not_applicable.clear()
 
+    def end_forward(self) -> None:
+        """After a forward of the model raised: every installed pass drops what that forward left behind, so that
+        the next forward (a retry at a smaller batch, an evaluation) starts clean. TurboTrainer calls it when a
+        step raises; a loop of your own that catches a compiled model's exception and goes on should too."""
+        for installed in self.installed.values():
+            end_forward = getattr(installed, "end_forward", None)  # the hooked passes; others hold nothing
+            if end_forward is not None:
+                end_forward()
+
     def collator(self, inner, place: registry.StepPlace | None = None):
         """The training collator: `inner` wrapped by each installed pass's collator step (`PassSpec.collator`)
         for a step at `place`, the pass installed last innermost, so the passes' model pre-hooks (run in install

@@ -141,6 +141,8 @@ class ScoredCallPacker(Protocol):
 
     def finish(self) -> None: ...
 
+    def end_forward(self) -> None: ...
+
     def remove(self) -> None: ...
 
 
@@ -270,6 +272,16 @@ class LabelSparsity(HookedPass):
         if self.chunked_head is not None and self.chunked_head.call is not None:
             return self.chunked_head.finish(output)
         return None
+
+    def end_forward(self) -> None:
+        """Drop the rows, the packed call and the chunked head's call a forward that raised left (HookedPass)."""
+        _ROWS_IN_USE.pop(self._key, None)
+        if self.call_packer is not None:
+            self.call_packer.end_forward()
+        if self.chunked_head is not None:
+            self.chunked_head.call = None
+        if self.reference is not None:
+            self.reference.end_forward()
 
     @property
     def parts(self) -> dict[str, ChunkedHead]:

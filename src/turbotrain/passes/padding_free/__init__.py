@@ -239,6 +239,12 @@ class PaddingFree(HookedPass):
             self.attention.unmark()
         self._starts = None
 
+    def end_forward(self) -> None:
+        """Drop the sequence starts and every packed forward a forward that raised left open (HookedPass)."""
+        if self.attention is not None:
+            self.attention.end_open_forwards()
+        self._starts = None
+
 
 def _refusal(model: nn.Module, task: str | None, spec: PackingSpec, probe: bool = True) -> str | None:
     prompt = modeling.prompt_learning(model)

@@ -18,7 +18,10 @@ Each call is one of:
 The same names are registered with `AttentionMaskInterface` as the model's own mask functions, except
 during a packed forward of that model (the hook marks its configs in a context variable), when every mask
 is None: no [R, 1, C, C] (nor [R, 1, C, w]) tensor is built. The mark only saves work: a packed call
-ignores its mask, so a forward that misses it (a thread of `nn.DataParallel`) is exact all the same.
+ignores its mask, so a forward that misses it (a thread of `nn.DataParallel`) is exact all the same. Each
+context (thread) opens and ends its own marks; a mark left open would take a later padded forward's masks
+away, so one whose closing hook was skipped (a compiled forward that raised) is ended by
+`end_open_forwards` (`OptimizeReport.end_forward`, which TurboTrainer calls when a step raises).
 
 Exact: each sequence's queries meet exactly the keys stock's mask lets them meet (its own, causally, within
 its window), through the model's own attention code or a fused kernel of the same formula: fp32 outputs
@@ -55,8 +58,11 @@ logger = logging.getLogger("turbotrain")
 
 PREFIX = "turbotrain_packed_"
 SWITCHABLE = ("sdpa", "eager")
-_packed_configs: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
-    "turbotrain_packed_configs", default=frozenset()
+# this context's open packed forwards, oldest first: (the switch, the configs whose masks are None meanwhile,
+# its `packed_sequences.forward_begins` token); per context, so that threads (nn.DataParallel's replicas) each
+# open and end their own
+_open_marks: contextvars.ContextVar[tuple[tuple[AttentionSwitch, frozenset[int], contextvars.Token], ...]] = (
+    contextvars.ContextVar("turbotrain_packed_marks", default=())
 )
 
 
@@ -105,9 +111,14 @@ def _eager_function(attention_class: type):
 @torch.compiler.disable  # Dynamo cannot trace a ContextVar
 def _packed_mask(original: str, *args, **kwargs):
     config = kwargs.get("config")
-    if config is not None and id(config) in _packed_configs.get():
+    if config is not None and packed_now(config):
         return None
     return ALL_MASK_ATTENTION_FUNCTIONS[original](*args, **kwargs)
+
+
+def packed_now(config) -> bool:
+    """Whether a packed forward of the model of `config` is open in this context (its masks are None)."""
+    return any(id(config) in configs for _, configs, _ in _open_marks.get())
 
 
 class AttentionSwitch:
@@ -116,7 +127,6 @@ class AttentionSwitch:
     def __init__(self, model: nn.Module, original: str):
         self.model, self.original = model, original
         self.config_ids = frozenset(id(m.config) for m in model.modules() if hasattr(m, "config"))
-        self._marks: list[tuple[contextvars.Token, contextvars.Token]] = []  # (configs, packed forwards)
 
     @classmethod
     def apply(cls, model: nn.Module) -> tuple[AttentionSwitch | None, str | None]:
@@ -154,16 +164,28 @@ class AttentionSwitch:
         """Masks of this model are None until `unmark` (a packed forward is running); the masks the kernels build
         from the forward's segments are built once for all its layers meanwhile (packed_sequences.OncePerForward)."""
         forward = packed_sequences.forward_begins()
-        self._marks.append((_packed_configs.set(_packed_configs.get() | self.config_ids), forward))
+        _open_marks.set((*_open_marks.get(), (self, self.config_ids, forward)))
 
     @torch.compiler.disable
     def unmark(self) -> None:
-        if self._marks:
-            configs, forward = self._marks.pop()
-            try:
-                _packed_configs.reset(configs)
-            finally:
-                packed_sequences.forward_ends(forward)
+        """This context's latest packed forward of this model ended (none open: nothing to do)."""
+        marks = _open_marks.get()
+        mine = [i for i, mark in enumerate(marks) if mark[0] is self]
+        if mine:
+            _open_marks.set(marks[: mine[-1]] + marks[mine[-1] + 1 :])
+            packed_sequences.forward_ends(marks[mine[-1]][2])
+
+    @torch.compiler.disable
+    def end_open_forwards(self) -> None:
+        """End every packed forward of this model still open in this context: one that raised where the model's
+        forward hook was skipped (torch runs no `always_call` hook when a compiled forward raises), so that the
+        model's next forward, padded, gets its masks."""
+        while self.open_forwards():
+            self.unmark()
+
+    def open_forwards(self) -> int:
+        """How many packed forwards of this model are open in this context."""
+        return sum(mark[0] is self for mark in _open_marks.get())
 
 
 class _Switched:

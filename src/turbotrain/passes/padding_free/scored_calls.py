@@ -137,7 +137,6 @@ class PackedScoredCalls(HookedPass):
     def __init__(self, model: nn.Module, switch: AttentionSwitch):
         super().__init__()
         self.model, self.switch = model, switch
-        self._marked = 0
 
     def collator(self, inner):
         return inner  # the batches stay padded: each call is packed inside the model
@@ -154,13 +153,15 @@ class PackedScoredCalls(HookedPass):
             log_once(f"turbotrain: padding-free leaves a scored call padded: {why}")
             return None
         self.switch.mark_packed()
-        self._marked += 1
         return layout.call(kwargs), packed_rows, layout.tokens
 
     def finish(self) -> None:
-        if self._marked:
-            self.switch.unmark()
-            self._marked -= 1
+        """The call ended: its packed forward, where it had one, is no longer open (`unmark` of none: nothing)."""
+        self.switch.unmark()
+
+    def end_forward(self) -> None:
+        """Drop what a call that raised left open (AttentionSwitch.end_open_forwards)."""
+        self.switch.end_open_forwards()
 
     def remove(self) -> None:
         super().remove()
