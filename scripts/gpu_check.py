@@ -38,6 +38,8 @@ import time
 import traceback
 from pathlib import Path
 
+STARTED = time.monotonic()  # the budget counts from here: the imports of torch and Transformers are in it
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(1, str(ROOT / "src"))
@@ -55,8 +57,8 @@ DEFAULT_NEED_S = 20.0
 
 
 class Deadline:
-    def __init__(self, seconds: float):
-        self.end = time.monotonic() + seconds
+    def __init__(self, seconds: float, start: float | None = None):
+        self.end = (time.monotonic() if start is None else start) + seconds
 
     def left(self) -> float:
         return self.end - time.monotonic()
@@ -203,43 +205,30 @@ def run(
 ) -> tuple[str, bool]:
     from scripts import gpu_check_parity as parity
 
-    deadline = Deadline(budget_s)
+    deadline = Deadline(budget_s, start=STARTED if device.type == "cuda" else None)  # the process's time on a GPU
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 parity in fp32, not TF32
     torch.backends.cudnn.allow_tf32 = False
     dtypes = (torch.float32, torch.bfloat16)
     parts = Report(out)
     parts.append(f"# turbotrain GPU check\n\n{environment(device)}; {'quick' if quick else 'full'} run\n")
     checked: list[dict] = []
-    if "parity" in sections:
-        rows = parity.pass_parity(device, dtypes)
-        checked += rows
-        parts.append("## Passes against stock (one step)\n\n" + markdown(rows))
-    if "sync" in sections:
-        rows = parity.host_sync_audit(device)
-        checked += rows
-        parts.append("## Host syncs in the step\n\n" + markdown(rows))
-    if "backends" in sections:
-        rows = parity.backend_parity(device, quick, xla_timeout_s=deadline.cap(240.0))
-        checked += rows
-        parts.append("## Backends against eager\n\n" + markdown(rows))
-    if "kernels" in sections:
-        from scripts.gpu_check_kernels import kernel_rows
 
-        rows = kernel_rows(device, quick, kernel_lengths)
-        checked += rows
-        parts.append("## Packed attention kernels (forward and backward of one layer's call)\n\n" + markdown(rows))
-    if "heads" in sections:
-        from scripts.gpu_check_heads import head_rows
+    def section(name: str, title: str, make_rows) -> None:
+        if name in sections:
+            rows = guarded(name, make_rows, device)
+            checked.extend(rows)
+            parts.append(f"## {title}\n\n" + markdown(rows))
 
-        rows = head_rows(device, quick)
-        checked += rows
-        parts.append("## LM heads (forward and backward of the mean NLL on the kept rows)\n\n" + markdown(rows))
-    if "sharded" in sections:
-        from scripts.gpu_check_sharded import sharded_rows
-
-        rows = sharded_rows(device, deadline.cap)
-        checked += rows
-        parts.append("## Sharded engines against stock under the same engine (fp32)\n\n" + markdown(rows))
+    section("parity", "Passes against stock (one step)", lambda: parity.pass_parity(device, dtypes))
+    section("sync", "Host syncs in the step", lambda: parity.host_sync_audit(device))
+    section("backends", "Backends against eager",
+            lambda: parity.backend_parity(device, quick, xla_timeout_s=deadline.cap(240.0)))  # fmt: skip
+    section("kernels", "Packed attention kernels (forward and backward of one layer's call)",
+            lambda: _import("gpu_check_kernels").kernel_rows(device, quick, kernel_lengths))  # fmt: skip
+    section("heads", "LM heads (forward and backward of the mean NLL on the kept rows)",
+            lambda: _import("gpu_check_heads").head_rows(device, quick))  # fmt: skip
+    section("sharded", "Sharded engines against stock under the same engine (fp32)",
+            lambda: _import("gpu_check_sharded").sharded_rows(device, deadline.cap))  # fmt: skip
     bench: list[dict] = []
     if "bench" in sections:
         columns = ["task", "peer", "tokens/s", "vs stock", "MFU", "peak GiB", "loss vs stock", "result", "note"]
@@ -252,7 +241,7 @@ def run(
     if "realshape" in sections:
         from scripts.gpu_check_realshape import COLUMNS, SHAPES, realshape_rows
 
-        def section(rows: list[dict], peak: str) -> str:
+        def realshape_part(rows: list[dict], peak: str) -> str:
             from scripts.gpu_check_verdict import COLUMNS as BARS
             from scripts.gpu_check_verdict import verdict_rows
 
@@ -260,14 +249,50 @@ def run(
             bars = "\n### Against issue 45's bars (this call's rows; scripts/gpu_check_verdict.py merges calls)\n\n"
             return heading + markdown(rows, COLUMNS) + bars + markdown(verdict_rows(rows, not quick), BARS)
 
-        rows, peak = realshape_rows(device, quick, deadline, shapes or SHAPES, peers,
-                                    on_progress=lambda rows, peak: parts.draft(section(rows, peak)))  # fmt: skip
+        so_far: dict = {"rows": [], "peak": "n/a"}  # what a section that raises midway keeps
+
+        def progress(rows: list[dict], peak: str) -> None:
+            so_far.update(rows=rows, peak=peak)
+            parts.draft(realshape_part(rows, peak))
+
+        def measured() -> list[dict]:
+            rows, so_far["peak"] = realshape_rows(device, quick, deadline, shapes or SHAPES, peers, progress)
+            return rows
+
+        rows = guarded("realshape", measured, device)
+        if rows and rows[-1].get("section") == "realshape":  # it raised: the workloads it finished, then why
+            rows = [*so_far["rows"], {"workload": "(the rest)", "peer": "", **rows[-1]}]
         checked += rows
-        parts.append(section(rows, peak))
+        parts.append(realshape_part(rows, so_far["peak"]))
     failed = [r for r in checked if str(r.get("result", "")).startswith(("FAIL", "ERROR"))]
     failed += [r for r in bench if r.get("result") == "ERROR"]
     parts.append(f"\n{len(failed)} failing row(s); {max(deadline.left(), 0):.0f} s of the budget left.\n")
     return "\n".join(parts), not failed
+
+
+def guarded(name: str, make_rows, device: torch.device) -> list[dict]:
+    """`make_rows()`, or one ERROR row where it raised: one section's failure (an out-of-memory, a kernel that
+    would not build) never takes the sections after it, nor the report."""
+    try:
+        return make_rows()
+    except Exception as error:  # noqa: BLE001  (the row says it; the exit status counts it)
+        traceback.print_exc()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [{"section": name, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:300]}"}]
+
+
+def _raise(error: Exception):
+    def again():
+        raise error
+
+    return again
+
+
+def _import(module: str):
+    import importlib
+
+    return importlib.import_module(f"scripts.{module}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -39,12 +39,34 @@ WAYS = ("stock", *(f"{op}, {how} softmax" for op in OPS for how in ("eager", "fu
 
 
 def head_rows(device: torch.device, quick: bool) -> list[dict]:
+    """The section's rows. The fused softmax's choices made here are the section's own: each shape's are made as a
+    fresh process makes them (within its cap of fused kinds), and the process's are put back afterwards, so the
+    sections after this one choose as a user's run would."""
+    from turbotrain.passes.chunked_ce import fused_epilogue
+
+    kept_choices = dict(fused_epilogue._chosen)
+    try:
+        return _head_rows(device, quick)
+    finally:
+        fused_epilogue._chosen.clear()
+        fused_epilogue._chosen.update(kept_choices)
+
+
+def _head_rows(device: torch.device, quick: bool) -> list[dict]:
+    from turbotrain.passes.chunked_ce import fused_epilogue
+
     rows = []
     shapes = {"quick": QUICK[:2]} if quick else SHAPES
     kept = QUICK[2] if quick else ROWS
     for shape, (hidden, vocab) in shapes.items():
-        inputs = _inputs(device, hidden, vocab, kept)
-        taken = _measured_choices(inputs, device)
+        fused_epilogue._chosen.clear()
+        try:
+            inputs = _inputs(device, hidden, vocab, kept)
+            taken = _measured_choices(inputs, device)
+        except Exception as error:  # one shape failing does not stop the table
+            rows.append({"shape": shape, "head": "(measured choices)", "result": "ERROR",
+                         "note": f"{type(error).__name__}: {str(error)[:200]}"})  # fmt: skip
+            continue
         reference = None
         for way in WAYS:
             row = {"shape": shape, "head": way, "rows": f"{kept:,}"}
@@ -77,12 +99,14 @@ def _inputs(device, hidden: int, vocab: int, rows: int):
 
 
 def _unavailable(way: str, device: torch.device) -> str | None:
-    from turbotrain.passes.chunked_ce import fused_epilogue
+    from turbotrain.passes.chunked_ce import fused_epilogue, head_choice
 
     if "fused softmax" in way and not fused_epilogue.compiles_on(device):
         return "needs CUDA with Triton (Inductor's GPU kernels)"
     if way == "trl kernel" and importlib.util.find_spec("trl") is None:
         return "trl not installed"
+    if way == "trl kernel" and not head_choice._has_trl_kernel():
+        return "this TRL has no fused LM head (trl.kernels, TRL >= 1.15)"
     if way == "liger":
         if importlib.util.find_spec("liger_kernel") is None:
             return "liger-kernel not installed"

@@ -68,36 +68,49 @@ def packed_call(layout: tuple[int, int, int], lengths: list[int], device, dtype)
 def kernel_rows(device: torch.device, quick: bool, lengths_given: tuple[int, int, int] | None = None) -> list[dict]:
     """The section's rows; `lengths_given`: (tokens, median, longest) instead of the defaults. The row mask is
     timed wherever it fits in memory, also where the choice does not try it (its work bound): the table shows
-    whether that bound gave up a faster kernel (the chosen row FAILs then)."""
-    from turbotrain.passes.padding_free import attention_kernels, kernel_choice
-
+    whether that bound gave up a faster kernel (the chosen row FAILs then). A layout that raises is one ERROR row."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     tokens, median, longest = lengths_given or (QUICK if quick else (TOKENS, MEDIAN, LONGEST))
     rows = []
     for shape, layout in LAYOUTS.items():
-        lengths = chat_lengths(tokens, median, longest)
-        call = packed_call(layout, lengths, device, dtype)
-        names = attention_kernels.applicable(call, kernel_choice.failed_for(call))
-        capacity = call.query.shape[2]
-        fits = capacity * capacity <= attention_kernels.ROW_MASK_MAX_ELEMENTS
-        timed = [*names, "row_mask"] if fits and "row_mask" not in names else names
-        timings = kernel_choice.timed_kernels(call, timed, training=True, what=shape)
-        chosen = kernel_choice.fastest_exact(timings, names)  # the choice's rule on these timings: measured once
-        flattening = timings.get("row_mask")
-        batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
-        for name in ["flash_attn", "torch_varlen", "flex", "row_mask", "per_length"]:
-            row = {"shape": shape, "batch": batch, "kernel": name}
-            if name not in timings:
-                row["note"] = "cannot take this call here" if name not in timed else "dropped (disagreed or raised)"
-                rows.append(row)
-                continue
-            if name not in names:
-                row["note"] = "not tried by the choice here (its work bound)"
-            row["fwd+bwd ms"] = f"{timings[name] * 1e3:.2f}"
-            row["vs row_mask (stock + flattening)"] = f"{flattening / timings[name]:.2f}x" if flattening else ""
-            if name == chosen:
-                row["chosen"] = "yes"
-                fine = flattening is None or timings[name] <= flattening * SLACK
-                row["result"] = "PASS" if fine else "FAIL: slower than stock + flattening's attention"
+        try:
+            rows += _layout_rows(shape, layout, device, dtype, (tokens, median, longest))
+        except Exception as error:  # one layout failing does not stop the table
+            note = f"{type(error).__name__}: {str(error)[:200]}"
+            rows.append({"shape": shape, "kernel": "(the layout)", "result": "ERROR", "note": note})
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _layout_rows(shape: str, layout, device: torch.device, dtype: torch.dtype, sizes: tuple[int, int, int]):
+    from turbotrain.passes.padding_free import attention_kernels, kernel_choice
+
+    tokens, median, longest = sizes
+    rows = []
+    lengths = chat_lengths(tokens, median, longest)
+    call = packed_call(layout, lengths, device, dtype)
+    names = attention_kernels.applicable(call, kernel_choice.failed_for(call))
+    capacity = call.query.shape[2]
+    fits = capacity * capacity <= attention_kernels.ROW_MASK_MAX_ELEMENTS
+    timed = [*names, "row_mask"] if fits and "row_mask" not in names else names
+    timings = kernel_choice.timed_kernels(call, timed, training=True, what=shape)
+    chosen = kernel_choice.fastest_exact(timings, names)  # the choice's rule on these timings: measured once
+    flattening = timings.get("row_mask")
+    batch = f"{len(lengths)} sequences, {sum(lengths):,} tokens (median {sorted(lengths)[len(lengths) // 2]})"
+    for name in ["flash_attn", "torch_varlen", "flex", "row_mask", "per_length"]:
+        row = {"shape": shape, "batch": batch, "kernel": name}
+        if name not in timings:
+            row["note"] = "cannot take this call here" if name not in timed else "dropped (disagreed or raised)"
             rows.append(row)
+            continue
+        if name not in names:
+            row["note"] = "not tried by the choice here (its work bound)"
+        row["fwd+bwd ms"] = f"{timings[name] * 1e3:.2f}"
+        row["vs row_mask (stock + flattening)"] = f"{flattening / timings[name]:.2f}x" if flattening else ""
+        if name == chosen:
+            row["chosen"] = "yes"
+            fine = flattening is None or timings[name] <= flattening * SLACK
+            row["result"] = "PASS" if fine else "FAIL: slower than stock + flattening's attention"
+        rows.append(row)
     return rows

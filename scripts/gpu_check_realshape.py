@@ -310,7 +310,7 @@ def realshape_rows(
 ) -> tuple[list[dict], str]:
     """Every (workload, peer) row of `plan(shapes)` (only `peers` and each workload's stock, where given; a
     workload whose only chosen peer is its stock is skipped), in the order of SHAPES, KINDS and the workload's
-    peers; and what the MFU is against. `on_progress(rows, peak_text)` after each workload."""
+    peers; and what the MFU is against. `on_progress(rows, peak_text)` after each round."""
     unknown = set(peers or ()) - set(SFT_PEERS) | set(shapes) - set(SHAPES)
     if unknown:
         raise ValueError(f"realshape: unknown shapes or peers {sorted(unknown)}; peers: {', '.join(SFT_PEERS)}")
@@ -335,14 +335,16 @@ def realshape_rows(
             continue
         planned += estimate
         chosen.setdefault(workload, []).append(peer)
-    for workload, chosen_peers in chosen.items():
-        _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline)
-        if on_progress is not None:  # the table so far, written out: a call cut off at its limit keeps it
-            on_progress(_ordered(rows), peak_text)
-    for workload, again in second_pass(rows, deadline.left()).items():  # what the guessed estimates left out
-        _run_again(workload, again, rows, device, quick, rounds, peak, deadline)
+
+    def progress() -> None:  # the table so far, written out after every round: a call cut off at its limit keeps it
         if on_progress is not None:
             on_progress(_ordered(rows), peak_text)
+
+    for workload, chosen_peers in chosen.items():
+        _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline, progress)
+    for workload, again in second_pass(rows, deadline.left()).items():  # what the guessed estimates left out
+        _run_again(workload, again, rows, device, quick, rounds, peak, deadline, progress)
+    progress()
     return _ordered(rows), peak_text
 
 
@@ -389,7 +391,7 @@ def second_pass(rows: dict, left_s: float) -> dict[Workload, list[str]]:
     return {workload: peers for workload, peers in again.items() if peers != [workload.stock()]}  # no stock alone
 
 
-def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline) -> None:
+def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline, progress=None) -> None:
     """`peers` of the second pass, interleaved with `workload`'s stock as in the first: where stock ran then, its
     rounds here only give these rows their ratios (its own row keeps the first pass's)."""
     stock = workload.stock()
@@ -402,7 +404,7 @@ def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline) -> 
         if view[(workload, peer)] is rows[(workload, peer)]:
             for key in ("result", "note"):
                 rows[(workload, peer)].pop(key, None)
-    _run_workload(workload, peers, view, device, quick, rounds, peak, deadline)
+    _run_workload(workload, peers, view, device, quick, rounds, peak, deadline, progress)
     for peer in peers:
         row = rows[(workload, peer)]
         if view[(workload, peer)] is row and peer != stock:
@@ -414,8 +416,19 @@ def _ordered(rows: dict) -> list[dict]:
     return [rows[key] for key in sorted(rows, key=order.get)]
 
 
-def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) -> None:
-    """`rounds` rounds of `peers` on `workload`, interleaved; each row gets its medians and its verdict."""
+ROUND_RESERVE_S = 10.0  # left beyond a round's estimate before it starts: a peer's first round also compiles and
+# times its kernels (not in the estimate), and the call's limit leaves ~30 s past the budget
+
+
+def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline, progress=None) -> None:
+    """`rounds` rounds of `peers` on `workload`, interleaved; each row gets its medians and its verdict, after every
+    round (`progress()` then writes the table: a call cut off at its limit keeps the rounds it measured)."""
+    segments = {peer: float(rows[(workload, peer)].get("planned s", rows[(workload, peer)]["est. s"])) / rounds
+                for peer in peers}  # fmt: skip
+    if not quick and deadline.left() < min(segments.values()) + ROUND_RESERVE_S:
+        for peer in peers:
+            rows[(workload, peer)]["note"] = f"0 of {rounds} rounds: time budget"
+        return  # no peer could start: the model is not even built
     model = build_model(workload, quick).to(device)  # each peer's copy is made on the device
     examples = build_examples(workload, quick, model.config.vocab_size)
     s = sizes(workload, quick)
@@ -426,9 +439,8 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
             row = rows[(workload, peer)]
             if row.get("result") == "ERROR":
                 continue
-            segment = float(row.get("planned s", row["est. s"])) / rounds
-            if not quick and deadline.left() < segment:  # round 1 too: the estimates are guesses
-                row["note"] = f"{index} of {rounds} rounds: time budget"
+            if not quick and deadline.left() < segments[peer] + ROUND_RESERVE_S:  # round 1 too: estimates are guesses
+                row["time budget"] = f"{index} of {rounds} rounds: time budget"
                 continue
             print(
                 f"realshape: {workload.name} / {peer}, round {index + 1} ({deadline.left():.0f} s left)",
@@ -443,6 +455,13 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
                 traceback.print_exc()
                 row.update(result="ERROR", note=f"{type(error).__name__}: {str(error)[:240]}")
             started[peer] += time.monotonic() - begin
+        _summarize(workload, peers, rows, results, started, device, peak)
+        if progress is not None:
+            progress()
+
+
+def _summarize(workload, peers, rows, results: dict[str, list[dict]], started: dict, device, peak) -> None:
+    """Each row's medians and verdict over the rounds measured so far; a row cut short by time says so."""
     stock = results.get(workload.stock(), [])
     tolerance = LOSS_TOLERANCE[torch.bfloat16 if device.type == "cuda" else torch.float32]
     for peer in peers:
@@ -450,6 +469,9 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline) 
         row["wall s"] = f"{started[peer]:.0f}"
         if results[peer] and row.get("result") != "ERROR":
             row.update(_summary(results[peer], stock, peak, tolerance, is_stock=peer == workload.stock()))
+        cut = row.pop("time budget", None)
+        if cut is not None and row.get("result") != "ERROR":
+            row["note"] = "; ".join(filter(None, [cut, row.get("note") if results[peer] else None]))
 
 
 def _summary(runs: list[dict], stock: list[dict], peak: float, tolerance: float, is_stock: bool) -> dict:

@@ -324,10 +324,15 @@ def test_gqa_calls_take_torchs_varlen_kernel_only_where_it_has_enable_gqa(monkey
     def kernel_2_11(q, k, v, cu_q, cu_k, max_q, max_k, *, scale=None, window_size=(-1, -1)):  # torch 2.11's
         raise AssertionError("not called")
 
+    def kernel_2_9(q, k, v, cu_q, cu_k, max_q, max_k, is_causal=False, return_aux=None):  # its first release's
+        raise AssertionError("not called")
+
     assert attention_kernels.torch_varlen_takes(6, 2)  # this torch's varlen_attn has enable_gqa
     monkeypatch.setattr(varlen, "varlen_attn", kernel_2_11)
     assert not attention_kernels.torch_varlen_takes(6, 2)  # GQA: another kernel (measured faster than repeating KV)
     assert attention_kernels.torch_varlen_takes(6, 6)  # no GQA: the kernel
+    monkeypatch.setattr(varlen, "varlen_attn", kernel_2_9)
+    assert not attention_kernels.torch_varlen_takes(6, 6)  # no scale nor window_size keyword: not this kernel
 
 
 def test_per_length_output_takes_the_attentions_dtype_under_autocast():

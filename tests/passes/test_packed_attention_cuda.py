@@ -74,7 +74,7 @@ def test_every_bf16_kernel_matches_padded_stock(family, kernel, monkeypatch):
         got = loss_and_grads(model, packed)
     config = model.config
     gqa = config.num_attention_heads != getattr(config, "num_key_value_heads", config.num_attention_heads)
-    takes = kernel != "torch_varlen" or not gqa or attention_kernels.torch_varlen_takes(2, 1)
+    takes = kernel != "torch_varlen" or attention_kernels.torch_varlen_takes(2, 1 if gqa else 2)
     assert bool(called) == takes and kernel not in kernel_choice._failed, called
     assert_same(loss_and_grads(stock, padded), got, dtype=torch.bfloat16)
 
@@ -135,8 +135,8 @@ def test_fp32_weights_under_bf16_autocast_take_the_fused_kernels(family, kernel,
         pytest.skip("flash-attn is not installed")
     stock, model, report, padded, packed = _pair(family)
     gqa = model.config.num_attention_heads != model.config.num_key_value_heads
-    if kernel == "torch_varlen" and gqa and not attention_kernels.torch_varlen_takes(2, 1):
-        pytest.skip("this torch's varlen_attn has no enable_gqa")
+    if kernel == "torch_varlen" and not attention_kernels.torch_varlen_takes(2, 1 if gqa else 2):
+        pytest.skip("this torch's varlen_attn has no enable_gqa (or no scale and window_size)")
     called = []
     monkeypatch.setitem(kernel_choice.KERNELS, kernel, _recording(kernel_choice.KERNELS[kernel], called))
     with torch.autocast("cuda", torch.bfloat16), kernel_choice.forced(kernel):

@@ -278,16 +278,80 @@ def test_a_later_call_skips_workloads_left_with_their_stock_alone_and_writes_eac
     from scripts import gpu_check_realshape
 
     ran, written = [], []
-    monkeypatch.setattr(
-        gpu_check_realshape, "_run_workload", lambda workload, peers, *rest: ran.append((workload.kind, peers))
-    )
+
+    def run(workload, peers, *rest):
+        ran.append((workload.kind, peers))
+        rest[-1]()  # the progress callback, after each round: one round here
+
+    monkeypatch.setattr(gpu_check_realshape, "_run_workload", run)
     rows, _ = gpu_check_realshape.realshape_rows(torch.device("cpu"), True, Deadline(3600.0),
                                                  peers=("stock + flattening",), on_progress=lambda rows, peak: written.append(len(rows)))  # fmt: skip
     assert ran and {kind for kind, _ in ran} == {"sft", "sft-lora"}
     assert all(peers == ["stock (sdpa)", "stock + flattening"] for _, peers in ran)
     dpo = [row for row in rows if row["workload"].endswith("dpo")]
     assert dpo and all(row["note"] == "skipped: no other peer chosen" for row in dpo)
-    assert len(written) == len(ran)  # the report rewritten after each workload
+    assert len(written) == len(ran) + 1  # the report rewritten after each round, and at the end
+
+
+def test_a_section_that_raises_is_one_error_row_and_the_sections_after_it_run(monkeypatch, tmp_path):
+    from scripts.gpu_check import run
+
+    from scripts import gpu_check_kernels
+
+    def broken(*args):
+        raise torch.OutOfMemoryError("the test's")
+
+    monkeypatch.setattr(gpu_check_kernels, "kernel_rows", broken)
+    report, ok = run(torch.device("cpu"), True, ["kernels", "heads"], 3600.0, tmp_path / "r.md")
+    kernels, heads = report.split("## LM heads")
+    assert "| kernels | ERROR | OutOfMemoryError: the test's |" in kernels and not ok
+    assert "| quick | stock | 256 |" in heads and (tmp_path / "r.md").read_text() == report
+
+
+def test_realshape_raising_midway_keeps_the_workloads_it_finished(monkeypatch, tmp_path):
+    from scripts.gpu_check import run
+
+    from scripts import gpu_check_realshape
+
+    def half_done(device, quick, deadline, shapes, peers, on_progress):
+        on_progress([{"workload": "qwen2.5-0.5b sft", "peer": "stock (sdpa)", "tokens/s": "9", "result": ""}], "x")
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(gpu_check_realshape, "realshape_rows", half_done)
+    report, ok = run(torch.device("cpu"), True, ["realshape"], 3600.0, tmp_path / "r.md")
+    assert "| qwen2.5-0.5b sft | stock (sdpa) |  | 9 |" in report
+    assert "| (the rest) |  |" in report and "RuntimeError: CUDA error" in report and not ok
+
+
+def test_the_heads_sections_fused_choices_stay_its_own(monkeypatch):
+    from scripts import gpu_check_heads
+    from turbotrain.passes.chunked_ce import fused_epilogue
+
+    monkeypatch.setattr(fused_epilogue, "_chosen", {("a run's", 1): True})
+    seen = []
+
+    def choices(inputs, device):
+        seen.append(dict(fused_epilogue._chosen))  # each shape starts as a fresh process does
+        fused_epilogue._chosen[("the section's", len(seen))] = True
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(gpu_check_heads, "_measured_choices", choices)
+    rows = gpu_check_heads.head_rows(torch.device("cpu"), quick=False)
+    assert seen == [{}, {}] and [row["result"] for row in rows] == ["ERROR", "ERROR"]  # both shapes: one row each
+    assert fused_epilogue._chosen == {("a run's", 1): True}
+
+
+def test_a_workload_none_of_whose_peers_could_start_is_not_built(monkeypatch):
+    from scripts.gpu_check import Deadline
+    from scripts.gpu_check_realshape import Workload, _run_workload
+
+    from scripts import gpu_check_realshape
+
+    monkeypatch.setattr(gpu_check_realshape, "build_model", lambda *a: pytest.fail("built"))
+    sft = Workload("qwen2.5-0.5b", "sft")
+    rows = {(sft, peer): {"est. s": "15"} for peer in ("stock (sdpa)", "turbotrain")}
+    _run_workload(sft, ["stock (sdpa)", "turbotrain"], rows, torch.device("cpu"), False, 3, 1.0, Deadline(12.0))
+    assert all(row["note"] == "0 of 3 rounds: time budget" for row in rows.values())
 
 
 def test_the_liger_peers_patches_of_transformers_are_undone_after_it():

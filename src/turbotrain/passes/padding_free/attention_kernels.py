@@ -283,15 +283,16 @@ def _varlen_kernels(call: PackedCall) -> list[str]:
 
 
 def torch_varlen_takes(query_heads: int, kv_heads: int) -> bool:
-    """Whether torch's `varlen_attn` takes a call with these head counts: GQA needs its `enable_gqa` keyword
+    """Whether torch's `varlen_attn` takes a call with these head counts: the wrapper passes `scale` and
+    `window_size`, which its first releases lacked (their `is_causal` only); GQA needs its `enable_gqa` keyword
     (torch 2.13 has it; 2.11 has not). Without it a GQA call takes another kernel: on an H200 with torch 2.11,
     KV heads repeated for varlen_attn made a Qwen2-layout SFT step 6x slower than per-length SDPA
     (benchmarks/2026-12-04-h200.md), while models without GQA gained from the kernel (MLM 0.08x -> 1.65x)."""
-    if query_heads == kv_heads:
-        return True
     from torch.nn.attention.varlen import varlen_attn
 
-    return _takes_keyword(varlen_attn, "enable_gqa")
+    if not (_takes_keyword(varlen_attn, "scale") and _takes_keyword(varlen_attn, "window_size")):
+        return False
+    return query_heads == kv_heads or _takes_keyword(varlen_attn, "enable_gqa")
 
 
 @functools.cache
