@@ -135,6 +135,34 @@ def test_a_deferred_check_raises_once_its_answer_has_arrived():
     assert checks.pending == []
 
 
+def test_an_addmm_that_refuses_an_fp32_sum_adds_each_chunks_fp32_product_and_says_so(monkeypatch, caplog):
+    """Older torch checks that addmm's `self` has its inputs' dtype (a RuntimeError on the host): every later chunk's
+    fp32 product is added to dW, said once (CUDA's path, on CPU tensors with torch's dtype overloads faked)."""
+    real_mm = torch.mm
+
+    def mm_with_out_dtype(a, b, out_dtype=None, out=None):  # the CPU has no aten::mm.dtype: CUDA's, in fp32
+        product = real_mm(a.float(), b.float())
+        return product if out is None else out.copy_(product)
+
+    def addmm_refusing(*args, **kwargs):
+        raise RuntimeError("self and mat2 must have the same dtype, but got Float and BFloat16")
+
+    monkeypatch.setattr(chunked_ce_cuda, "_ADDMM_INTO_FP32", [True])
+    monkeypatch.setattr(chunked_ce_cuda, "_MM_OUT_DTYPE", [True])
+    monkeypatch.setattr(torch, "mm", mm_with_out_dtype)
+    monkeypatch.setattr(torch, "addmm", addmm_refusing)
+    generator = torch.Generator().manual_seed(0)
+    chunks = [(torch.randn(40, 16, generator=generator), torch.randn(16, 8, generator=generator)) for _ in range(3)]
+    dw = torch.empty(40, 8)
+    with caplog.at_level("WARNING", logger="turbotrain"):
+        for index, (dz_t, h) in enumerate(chunks):
+            chunked_ce_cuda._add_in_fp32(dw, dz_t.bfloat16(), h.bfloat16(), first=index == 0)
+    assert chunked_ce_cuda._ADDMM_INTO_FP32 == [False]
+    assert caplog.text.count("does not sum a torch.bfloat16 product into fp32 dW in place") == 1
+    expected = sum(real_mm(a.bfloat16().float(), b.bfloat16().float()) for a, b in chunks)
+    torch.testing.assert_close(dw, expected, rtol=1e-6, atol=1e-5)
+
+
 def test_a_torch_without_out_dtype_sums_the_half_products_in_fp32(monkeypatch):
     """torch < 2.8 has no `out_dtype` (a TypeError on the host): the first chunk says so once, and every chunk's
     half product is then added to the fp32 dW (CUDA's path, run here on CPU tensors with torch.mm as 2.7's)."""

@@ -85,6 +85,28 @@ def test_passes_that_pay_install_as_before(timed_cpu):
     assert report.lean_gated_mlp is not None and len(timed) == 2  # one MLP shape: its own forward, the lean one
 
 
+def test_a_timing_that_raises_leaves_that_shape_stock_and_says_why(timed_cpu, monkeypatch):
+    timed_cpu(lambda what: False)
+
+    def out_of_memory(stock_step, pass_step, device):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB")
+
+    monkeypatch.setattr(device_timing, "_medians_ms", out_of_memory)
+    with pytest.warns(TurbotrainWarning, match="its timing raised OutOfMemoryError: CUDA out of memory"):
+        report = optimize(make("llama", dropout=False), padding_free=False)
+    assert report.lean_gated_mlp is None  # never slower: the MLP's own forward; the run goes on
+
+
+def test_a_cache_that_cannot_be_written_keeps_the_verdict_for_the_process(timed_cpu, monkeypatch, tmp_path):
+    timed_cpu(lambda what: False)
+    blocker = tmp_path / "a file"
+    blocker.write_text("")
+    monkeypatch.setenv("TURBOTRAIN_CACHE", str(blocker / "cache"))  # under a file: no folder can be made
+    with pytest.warns(TurbotrainWarning, match="cannot write the cache"):
+        report = optimize(make("llama", dropout=False), padding_free=False)
+    assert report.lean_gated_mlp is not None
+
+
 def test_the_cpu_is_not_timed(monkeypatch, tmp_path):
     monkeypatch.setenv("TURBOTRAIN_CACHE", str(tmp_path))
     monkeypatch.setattr(device_timing, "_medians_ms", lambda *a: pytest.fail("timed on the CPU"))

@@ -207,3 +207,21 @@ def test_measuring_leaves_the_runs_random_numbers_as_they_were():
     timings = kernel_choice.timed_kernels(call, ["per_length", "row_mask"], training=True)
     assert set(timings) == {"per_length", "row_mask"}
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_a_flash_attn_that_does_not_import_is_left_out_not_raised(tmp_path, monkeypatch, caplog):
+    # flash-attn built for another torch: its package is there, its import fails ("undefined symbol")
+    package = tmp_path / "flash_attn"
+    package.mkdir()
+    (package / "__init__.py").write_text('raise ImportError("flash_attn_2_cuda.so: undefined symbol: _ZN3c10")\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "flash_attn", raising=False)
+    for cached in (attention_kernels.installed, kernel_choice._versions):
+        cached.cache_clear()
+    try:
+        assert not attention_kernels.installed("flash_attn")
+        assert "flash-attn none" in kernel_choice._versions()
+    finally:
+        for cached in (attention_kernels.installed, kernel_choice._versions):
+            cached.cache_clear()
+    assert "installed but does not import (ImportError: flash_attn_2_cuda.so: undefined symbol" in caplog.text

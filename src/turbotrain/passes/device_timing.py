@@ -11,7 +11,8 @@ How: an input of `TOKENS` rows of the module's input width in its weight dtype, 
 state in training does; under the run's autocast (self_check.current_precision); one warm-up of each, then
 `REPEATS` forward + backward runs of each, the two ways alternating (neither always first while clocks settle),
 medians kept (gradients of the input and of every trainable parameter, none accumulated into `.grad`),
-synchronised on CUDA. The pass installs where its median is at most the module's own. The key: the device's
+synchronised on CUDA. The pass installs where its median is at most the module's own; a shape whose timing
+raises (an out-of-memory on a full device) stays stock, said in the same warning. The key: the device's
 name, torch's, PEFT's and TRL's versions, the pass, the module's shape (with what changes its cost: LoRA or not,
 trainable or frozen), dtype and autocast. The timing draws its inputs from a generator of its own and runs
 inside `utils.random_state.random_state_kept` (dropout in a timed module), so a run's random numbers (dropout masks, GRPO's
@@ -62,22 +63,38 @@ def keep_where_faster(
 ) -> list[nn.Module]:
     """The modules of `modules` whose shape's pass forward (`rewritten(module, x)`) measured at most as slow
     as their own (`stock(module, x)`) on their device; all of them where the device is not timed."""
-    verdicts: dict[tuple, Timing | None] = {}
+    verdicts: dict[tuple, Timing | str | None] = {}
     for module in modules:
         shape = shape_of(module)
         if shape not in verdicts:
-            verdicts[shape] = _timing(pass_name, module, shape, width_of(module), stock, rewritten)
+            verdicts[shape] = _timing_or_why(pass_name, module, shape, width_of(module), stock, rewritten)
     slower = {
-        shape: timing for shape, timing in verdicts.items() if timing is not None and timing.pass_ms > timing.stock_ms
+        shape: timing
+        for shape, timing in verdicts.items()
+        if isinstance(timing, str) or (timing is not None and timing.pass_ms > timing.stock_ms)
     }
     if slower:
-        listed = "; ".join(
-            f"{_shape_text(s)}: {t.pass_ms:.3f} ms against {t.stock_ms:.3f} ms" for s, t in slower.items()
-        )
+        listed = "; ".join(f"{_shape_text(shape)}: {_verdict_text(timing)}" for shape, timing in slower.items())
         kept = sum(shape_of(module) not in slower for module in modules)
         warn_once(f"turbotrain: {pass_name} leaves the module shapes it measured slower on this device stock "
                   f"({listed}); {kept} of {len(modules)} modules keep it")  # fmt: skip
     return [module for module in modules if shape_of(module) not in slower]
+
+
+def _verdict_text(timing: Timing | str) -> str:
+    return timing if isinstance(timing, str) else f"{timing.pass_ms:.3f} ms against {timing.stock_ms:.3f} ms"
+
+
+def _timing_or_why(pass_name, module, shape, width, stock, rewritten) -> Timing | str | None:
+    """The shape's `Timing`, or why it could not be timed (an out-of-memory on a full device: the shape stays
+    stock, never slower; the run goes on)."""
+    try:
+        return _timing(pass_name, module, shape, width, stock, rewritten)
+    except Exception as error:  # noqa: BLE001  (said in the warning; that shape keeps the module's own forward)
+        weight = next(module.parameters(), None)
+        if weight is not None and weight.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return f"its timing raised {type(error).__name__}: {str(error)[:160]}"
 
 
 def _shape_text(shape: tuple) -> str:

@@ -17,6 +17,8 @@ import os
 import platform
 from pathlib import Path
 
+from turbotrain.utils.warnings import warn_once
+
 
 def cache_root() -> Path:
     root = os.environ.get("TURBOTRAIN_CACHE")
@@ -56,15 +58,21 @@ def read_entry(file_name: str, key: str) -> dict | None:
 
 
 def write_entry(file_name: str, key: str, entry: dict) -> None:
-    """Store `entry` under `key` in the cache's JSON table `file_name` (other keys kept)."""
-    path = cache_dir() / file_name
+    """Store `entry` under `key` in the cache's JSON table `file_name` (other keys kept). A cache that cannot be
+    written (a read-only home, a full disk) is said once; the caller's answer stands for this process."""
+    path = cache_root() / file_name
     try:
+        path = cache_dir() / file_name
         table = json.loads(path.read_text())
     except (OSError, ValueError):
         table = {}
     table = table if isinstance(table, dict) else {}
     table[key] = entry
-    write_atomically(path, json.dumps(table, indent=1))
+    try:
+        write_atomically(path, json.dumps(table, indent=1))
+    except OSError as error:
+        warn_once(f"turbotrain: cannot write the cache {path} ({error}); measured choices are made again by each "
+                  "process: set TURBOTRAIN_CACHE to a writable folder")  # fmt: skip
 
 
 def device_name(device) -> str:

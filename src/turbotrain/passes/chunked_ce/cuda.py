@@ -28,7 +28,11 @@ follows what the run computes in:
 
 from __future__ import annotations
 
+import logging
+
 import torch
+
+from turbotrain.utils.warnings import log_once
 
 HALF = (torch.bfloat16, torch.float16)
 MIN_CUDA_ROWS = 2048
@@ -88,14 +92,19 @@ def _add_in_fp32(dw: torch.Tensor, dz_t: torch.Tensor, h: torch.Tensor, first: b
             torch.mm(dz_t, h, out_dtype=torch.float32, out=dw)
         except TypeError:  # no `out_dtype` keyword (torch < 2.8): checked on the host, before any kernel ran
             _MM_OUT_DTYPE[0] = False
+            log_once("turbotrain: chunked head: this torch's mm has no out_dtype; each chunk's half product is "
+                     "added to fp32 dW (rounded once, as stock's dW under autocast is)", logging.WARNING)  # fmt: skip
             dw.copy_(torch.mm(dz_t, h))
         return
     if _ADDMM_INTO_FP32[0]:
         try:
             torch.addmm(dw, dz_t, h, out_dtype=torch.float32, out=dw)
             return
-        except RuntimeError:  # a shape/dtype check on the host, before any kernel ran
+        except RuntimeError as error:  # a shape/dtype check on the host, before any kernel ran
             _ADDMM_INTO_FP32[0] = False
+            log_once(f"turbotrain: chunked head: this torch's addmm does not sum a {h.dtype} product into fp32 dW "
+                     f"in place ({str(error)[:120]}); each chunk's fp32 product is added to dW: one more "
+                     f"{dw.numel() * 4 / 2**20:,.0f} MB buffer and one more pass over dW a chunk", logging.WARNING)  # fmt: skip
     dw.add_(torch.mm(dz_t, h, out_dtype=torch.float32))
 
 
@@ -116,7 +125,7 @@ class _PendingChecks:
         host = torch.empty((), dtype=torch.bool, pin_memory=True)
         host.copy_(unequal, non_blocking=True)
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(unequal.device))  # the stream of the copy's device
         self.pending.append((host, event))
 
     def raise_if_unequal(self) -> None:

@@ -52,6 +52,7 @@ from turbotrain.passes.padding_free.packed_sequences import (
     real_tokens_only,
     segment_ids,
 )
+from turbotrain.utils.warnings import warn_once
 
 _HALF = (torch.bfloat16, torch.float16)
 _CAST_BY_AUTOCAST = (torch.float32, *_HALF)  # what autocast casts for its lower-precision ops (not float64)
@@ -302,4 +303,14 @@ def _takes_keyword(function, name: str) -> bool:
 
 @functools.cache
 def installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
+    """Whether `module` imports here: flash-attn's package can be present and fail to import (built for another
+    torch: "undefined symbol"), which must leave its kernel out, not fail every packed call."""
+    if importlib.util.find_spec(module) is None:
+        return False
+    try:
+        importlib.import_module(module)
+    except Exception as error:  # noqa: BLE001  (any import failure: the kernel is not there)
+        warn_once(f"turbotrain: packed attention leaves out {module}: it is installed but does not import "
+                  f"({type(error).__name__}: {str(error)[:200]})")  # fmt: skip
+        return False
+    return True
