@@ -38,7 +38,7 @@ import time
 import traceback
 from pathlib import Path
 
-STARTED = time.monotonic()  # the budget counts from here: the imports of torch and Transformers are in it
+STARTED = time.monotonic()  # main's budget counts from here: the imports of torch and Transformers are in it
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -202,10 +202,12 @@ def run(
     shapes: tuple[str, ...] | None = None,
     peers: tuple[str, ...] | None = None,
     kernel_lengths: tuple[int, int, int] | None = None,
+    started: float | None = None,
 ) -> tuple[str, bool]:
+    """The report and whether no row failed; `started`: when the budget began (`time.monotonic()`; now if None)."""
     from scripts import gpu_check_parity as parity
 
-    deadline = Deadline(budget_s, start=STARTED if device.type == "cuda" else None)  # the process's time on a GPU
+    deadline = Deadline(budget_s, start=started)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 parity in fp32, not TF32
     torch.backends.cudnn.allow_tf32 = False
     dtypes = (torch.float32, torch.bfloat16)
@@ -247,7 +249,8 @@ def run(
 
             heading = f"## Published shapes, 3 interleaved rounds (MFU against {peak})\n\n"
             bars = "\n### Against issue 45's bars (this call's rows; scripts/gpu_check_verdict.py merges calls)\n\n"
-            return heading + markdown(rows, COLUMNS) + bars + markdown(verdict_rows(rows, not quick), BARS)
+            judged = [row for row in rows if "section" not in row]  # not the row saying the section raised
+            return heading + markdown(rows, COLUMNS) + bars + markdown(verdict_rows(judged, not quick), BARS)
 
         so_far: dict = {"rows": [], "peak": "n/a"}  # what a section that raises midway keeps
 
@@ -277,16 +280,10 @@ def guarded(name: str, make_rows, device: torch.device) -> list[dict]:
         return make_rows()
     except Exception as error:  # noqa: BLE001  (the row says it; the exit status counts it)
         traceback.print_exc()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
-        return [{"section": name, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:300]}"}]
-
-
-def _raise(error: Exception):
-    def again():
-        raise error
-
-    return again
+        failed = [{"section": name, "result": "ERROR", "note": f"{type(error).__name__}: {str(error)[:300]}"}]
+    if device.type == "cuda":  # out of the except: its traceback no longer holds the failed tensors
+        torch.cuda.empty_cache()
+    return failed
 
 
 def _import(module: str):
@@ -326,7 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     peers = tuple(args.peers.split(",")) if args.peers else None
     start = time.monotonic()
     lengths = tuple(int(n) for n in args.kernel_lengths.split(",")) if args.kernel_lengths else None
-    report, ok = run(device, args.quick, sections, budget, args.out, shapes, peers, lengths)
+    on_gpu_from = STARTED if device.type == "cuda" else None  # a GPU call's budget includes the imports
+    report, ok = run(device, args.quick, sections, budget, args.out, shapes, peers, lengths, on_gpu_from)
     wall = f"Wall time {time.monotonic() - start:.0f} s.\n"
     report += wall
     print(wall)

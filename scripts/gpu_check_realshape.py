@@ -342,7 +342,7 @@ def realshape_rows(
 
     for workload, chosen_peers in chosen.items():
         _run_workload(workload, chosen_peers, rows, device, quick, rounds, peak, deadline, progress)
-    for workload, again in second_pass(rows, deadline.left()).items():  # what the guessed estimates left out
+    for workload, again in second_pass(rows, deadline.left() - ROUND_RESERVE_S).items():  # what the guesses left out
         _run_again(workload, again, rows, device, quick, rounds, peak, deadline, progress)
     progress()
     return _ordered(rows), peak_text
@@ -407,7 +407,7 @@ def _run_again(workload, peers, rows, device, quick, rounds, peak, deadline, pro
     _run_workload(workload, peers, view, device, quick, rounds, peak, deadline, progress)
     for peer in peers:
         row = rows[(workload, peer)]
-        if view[(workload, peer)] is row and peer != stock:
+        if view[(workload, peer)] is row and peer != stock and row.get("rounds"):
             row["note"] = "; ".join(filter(None, ["second pass, beside a stock of its own", row.get("note")]))
 
 
@@ -416,6 +416,7 @@ def _ordered(rows: dict) -> list[dict]:
     return [rows[key] for key in sorted(rows, key=order.get)]
 
 
+MEASURED = ("rounds", "tokens/s", "vs stock", "per round", "MFU", "peak GiB", "loss vs stock")  # _summary's figures
 ROUND_RESERVE_S = 10.0  # left beyond a round's estimate before it starts: a peer's first round also compiles and
 # times its kernels (not in the estimate), and the call's limit leaves ~30 s past the budget
 
@@ -440,7 +441,7 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline, 
             if row.get("result") == "ERROR":
                 continue
             if not quick and deadline.left() < segments[peer] + ROUND_RESERVE_S:  # round 1 too: estimates are guesses
-                row["time budget"] = f"{index} of {rounds} rounds: time budget"
+                row["time budget"] = f"{len(results[peer])} of {rounds} rounds: time budget"
                 continue
             print(
                 f"realshape: {workload.name} / {peer}, round {index + 1} ({deadline.left():.0f} s left)",
@@ -453,6 +454,8 @@ def _run_workload(workload, peers, rows, device, quick, rounds, peak, deadline, 
                     results[peer].append(measure(build, s.warmup, device))
             except Exception as error:  # one peer failing does not stop the table
                 traceback.print_exc()
+                for column in MEASURED:  # an earlier round's figures would read as this peer's
+                    row.pop(column, None)
                 row.update(result="ERROR", note=f"{type(error).__name__}: {str(error)[:240]}")
             started[peer] += time.monotonic() - begin
         _summarize(workload, peers, rows, results, started, device, peak)

@@ -203,8 +203,11 @@ class TurboMixin(TrainerBoundary):
         try:
             yield
         except BaseException:
-            if self.turbo_report is not None:
-                self.turbo_report.end_forward()
+            try:
+                if self.turbo_report is not None:
+                    self.turbo_report.end_forward()
+            except Exception:  # noqa: BLE001  (the step's own error is the one to raise: auto_find_batch_size's)
+                logger.exception("turbotrain: ending the passes' forward state after a failed step raised too")
             raise
 
     def turbo_summary(self) -> str:

@@ -58,14 +58,17 @@ def test_a_forward_left_open_masks_nothing_once_the_report_ends_it():
     stock, model, report = _packed_model("bert", "lm")
     model.eval(), stock.eval()
     batch = _batch(model, "lm")
+    switch = report.padding_free.attention
     with torch.no_grad():
         expected = stock(**batch).logits
-        report.padding_free.attention.mark_packed()  # a packed forward whose closing hook never ran
-        unmasked = model(**batch).logits
+        switch.mark_packed()  # a packed forward whose closing hook never ran
+        unmasked = model(**batch).logits  # (this forward's own closing hook then ends the mark)
+        switch.mark_packed()
+        assert switch.open_forwards() == 1
         report.end_forward()
+        assert switch.open_forwards() == 0
         after = model(**batch).logits
     assert not torch.allclose(unmasked, expected, atol=1e-3)  # left open, padded rows attend to their padding
-    assert report.padding_free.attention.open_forwards() == 0
     torch.testing.assert_close(after, expected, rtol=0, atol=0)
 
 
@@ -101,6 +104,8 @@ def test_a_step_that_raises_leaves_no_pass_state_to_the_next(tmp_path):
     assert _skip_closing_hooks(trainer.model) == 2
 
     def out_of_memory(module, args, output):  # after the forward: an out-of-memory in the step, say
+        assert report.padding_free.attention.open_forwards() == 1  # the packed forward's mark, left open
+        assert report.label_sparsity._key in _ROWS_IN_USE
         raise torch.OutOfMemoryError("the test's")
 
     trainer.model.register_forward_hook(out_of_memory)

@@ -23,7 +23,7 @@ def made():
 def test_made_once_a_forward_and_forgotten_after_it(made):
     memo, calls = made
     cu = torch.tensor([0, 3, 7], dtype=torch.int32)
-    token = packed_sequences.forward_begins()
+    packed_sequences.forward_begins()
     try:
         first = memo(cu, 2)
         assert memo(cu, 2) is first and calls == [2]  # every layer of the forward: one make
@@ -37,7 +37,7 @@ def test_made_once_a_forward_and_forgotten_after_it(made):
         memo(cu, 3)
         assert calls == [2, 3, 3, 3, 3]
     finally:
-        packed_sequences.forward_ends(token)
+        packed_sequences.forward_ends()
     assert memo.entry is None  # nothing kept past the forward
     memo(cu, 3)
     memo(cu, 3)
@@ -48,24 +48,26 @@ def test_a_compiled_region_makes_its_own(made, monkeypatch):
     memo, calls = made
     cu = torch.tensor([0, 4], dtype=torch.int32)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    token = packed_sequences.forward_begins()
+    packed_sequences.forward_begins()
     try:
         memo(cu, 1)
         memo(cu, 1)
     finally:
-        packed_sequences.forward_ends(token)
+        packed_sequences.forward_ends()
     assert calls == [1, 1]
 
 
 def test_a_forward_whose_end_was_missed_leaves_nothing_to_the_next(made):
     memo, calls = made
     cu = torch.tensor([0, 5], dtype=torch.int32)
-    missed = packed_sequences.forward_begins()  # its end does not come (where always_call hooks do not run)
+    packed_sequences.forward_begins()  # its end does not come (where always_call hooks do not run)
     memo(cu, 1)
-    token = packed_sequences.forward_begins()
+    packed_sequences.forward_begins()
     assert memo.entry is None  # forgotten at the next forward's start
-    packed_sequences.forward_ends(token)
-    packed_sequences.forward_ends(missed)  # this test's context as it found it
+    packed_sequences.forward_ends()
+    assert packed_sequences._open_forwards.get() == 1
+    packed_sequences.forward_ends()  # the missed one ended late (OptimizeReport.end_forward): counted down
+    packed_sequences.forward_ends()  # never below none
     assert packed_sequences._open_forwards.get() == 0
 
 

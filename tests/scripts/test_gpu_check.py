@@ -321,6 +321,41 @@ def test_realshape_raising_midway_keeps_the_workloads_it_finished(monkeypatch, t
     report, ok = run(torch.device("cpu"), True, ["realshape"], 3600.0, tmp_path / "r.md")
     assert "| qwen2.5-0.5b sft | stock (sdpa) |  | 9 |" in report
     assert "| (the rest) |  |" in report and "RuntimeError: CUDA error" in report and not ok
+    assert "(the rest)" not in report.split("Against issue 45's bars")[1]  # no verdict of the row saying it raised
+
+
+def test_a_peer_cut_by_the_budget_says_how_many_rounds_it_ran(monkeypatch):
+    from types import SimpleNamespace
+
+    from scripts.gpu_check_realshape import Workload, _run_workload
+
+    from scripts import gpu_check_realshape
+
+    measured = []
+
+    def measure(build, warmup, device):
+        measured.append(1)
+        return {"tokens_s": 100.0, "flops_s": 1.0, "peak_gb": None, "losses": [2.0, 1.9], "summary": ""}
+
+    class Model:
+        config = SimpleNamespace(vocab_size=10)
+
+        def to(self, device):
+            return self
+
+    monkeypatch.setattr(gpu_check_realshape, "build_model", lambda *args: Model())
+    monkeypatch.setattr(gpu_check_realshape, "build_examples", lambda *args: [])
+    monkeypatch.setattr(gpu_check_realshape, "measure", measure)
+    deadline = SimpleNamespace(left=lambda: 100.0 if len(measured) < 3 else 0.0)  # time for 3 rounds of a peer
+    sft = Workload("qwen2.5-0.5b", "sft")
+    peers = ["stock (sdpa)", "turbotrain"]
+    rows = {(sft, peer): {"est. s": "15"} for peer in peers}
+    written = []
+    _run_workload(sft, peers, rows, torch.device("cpu"), False, 3, 1.0, deadline, lambda: written.append(1))
+    stock, turbo = (rows[(sft, peer)] for peer in peers)
+    assert stock["rounds"] == 2 and stock["note"].startswith("2 of 3 rounds: time budget")
+    assert turbo["rounds"] == 1 and turbo["note"].startswith("1 of 3 rounds: time budget")
+    assert turbo["vs stock"] == "1.00x" and len(written) == 3  # the table written after every round
 
 
 def test_the_heads_sections_fused_choices_stay_its_own(monkeypatch):
@@ -336,6 +371,7 @@ def test_the_heads_sections_fused_choices_stay_its_own(monkeypatch):
         raise RuntimeError("stop here")
 
     monkeypatch.setattr(gpu_check_heads, "_measured_choices", choices)
+    monkeypatch.setattr(gpu_check_heads, "_inputs", lambda *args: None)  # not the published shapes' GBs
     rows = gpu_check_heads.head_rows(torch.device("cpu"), quick=False)
     assert seen == [{}, {}] and [row["result"] for row in rows] == ["ERROR", "ERROR"]  # both shapes: one row each
     assert fused_epilogue._chosen == {("a run's", 1): True}

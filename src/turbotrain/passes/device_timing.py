@@ -91,10 +91,11 @@ def _timing_or_why(pass_name, module, shape, width, stock, rewritten) -> Timing 
     try:
         return _timing(pass_name, module, shape, width, stock, rewritten)
     except Exception as error:  # noqa: BLE001  (said in the warning; that shape keeps the module's own forward)
-        weight = next(module.parameters(), None)
-        if weight is not None and weight.device.type == "cuda":
-            torch.cuda.empty_cache()
-        return f"its timing raised {type(error).__name__}: {str(error)[:160]}"
+        why = f"its timing raised {type(error).__name__}: {str(error)[:160]}"
+    weight = next(module.parameters(), None)
+    if weight is not None and weight.device.type == "cuda":  # out of the except: its traceback holds nothing now
+        torch.cuda.empty_cache()
+    return why
 
 
 def _shape_text(shape: tuple) -> str:

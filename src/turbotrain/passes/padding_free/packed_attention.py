@@ -18,8 +18,8 @@ Each call is one of:
 The same names are registered with `AttentionMaskInterface` as the model's own mask functions, except
 during a packed forward of that model (the hook marks its configs in a context variable), when every mask
 is None: no [R, 1, C, C] (nor [R, 1, C, w]) tensor is built. The mark only saves work: a packed call
-ignores its mask, so a forward that misses it (a thread of `nn.DataParallel`) is exact all the same. Each
-context (thread) opens and ends its own marks; a mark left open would take a later padded forward's masks
+ignores its mask, so a packed forward that missed it would be exact all the same. Each context (thread: the
+replicas of `nn.DataParallel`) opens and ends its own marks; a mark left open would take a later padded forward's masks
 away, so one whose closing hook was skipped (a compiled forward that raised) is ended by
 `end_open_forwards` (`OptimizeReport.end_forward`, which TurboTrainer calls when a step raises).
 
@@ -58,11 +58,10 @@ logger = logging.getLogger("turbotrain")
 
 PREFIX = "turbotrain_packed_"
 SWITCHABLE = ("sdpa", "eager")
-# this context's open packed forwards, oldest first: (the switch, the configs whose masks are None meanwhile,
-# its `packed_sequences.forward_begins` token); per context, so that threads (nn.DataParallel's replicas) each
-# open and end their own
-_open_marks: contextvars.ContextVar[tuple[tuple[AttentionSwitch, frozenset[int], contextvars.Token], ...]] = (
-    contextvars.ContextVar("turbotrain_packed_marks", default=())
+# this context's open packed forwards, oldest first: (the switch, the configs whose masks are None meanwhile); per
+# context, so that threads (nn.DataParallel's replicas) each open and end their own
+_open_marks: contextvars.ContextVar[tuple[tuple[AttentionSwitch, frozenset[int]], ...]] = contextvars.ContextVar(
+    "turbotrain_packed_marks", default=()
 )
 
 
@@ -118,7 +117,7 @@ def _packed_mask(original: str, *args, **kwargs):
 
 def packed_now(config) -> bool:
     """Whether a packed forward of the model of `config` is open in this context (its masks are None)."""
-    return any(id(config) in configs for _, configs, _ in _open_marks.get())
+    return any(id(config) in configs for _, configs in _open_marks.get())
 
 
 class AttentionSwitch:
@@ -163,8 +162,8 @@ class AttentionSwitch:
     def mark_packed(self) -> None:
         """Masks of this model are None until `unmark` (a packed forward is running); the masks the kernels build
         from the forward's segments are built once for all its layers meanwhile (packed_sequences.OncePerForward)."""
-        forward = packed_sequences.forward_begins()
-        _open_marks.set((*_open_marks.get(), (self, self.config_ids, forward)))
+        packed_sequences.forward_begins()
+        _open_marks.set((*_open_marks.get(), (self, self.config_ids)))
 
     @torch.compiler.disable
     def unmark(self) -> None:
@@ -173,7 +172,7 @@ class AttentionSwitch:
         mine = [i for i, mark in enumerate(marks) if mark[0] is self]
         if mine:
             _open_marks.set(marks[: mine[-1]] + marks[mine[-1] + 1 :])
-            packed_sequences.forward_ends(marks[mine[-1]][2])
+            packed_sequences.forward_ends()
 
     @torch.compiler.disable
     def end_open_forwards(self) -> None:

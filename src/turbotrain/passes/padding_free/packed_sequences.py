@@ -55,21 +55,18 @@ _MEMOS: list[OncePerForward] = []
 _open_forwards: contextvars.ContextVar[int] = contextvars.ContextVar("turbotrain_packed_forwards", default=0)
 
 
-def forward_begins() -> contextvars.Token:
+def forward_begins() -> None:
     """A packed forward begins (AttentionSwitch.mark_packed): memos keep answers until it ends. Every memo forgets
-    first, so nothing outlives a forward whose end was missed. The token goes to `forward_ends`."""
+    first, so nothing outlives a forward whose end was missed."""
     _forget_all()
-    return _open_forwards.set(_open_forwards.get() + 1)
+    _open_forwards.set(_open_forwards.get() + 1)
 
 
-def forward_ends(token: contextvars.Token) -> None:
-    """A packed forward ended: every memo forgets its answer (nothing is held between steps)."""
-    try:
-        _open_forwards.reset(token)
-    except ValueError:  # a token of another context (a DataParallel replica's thread): this one's count stands
-        pass
-    finally:
-        _forget_all()
+def forward_ends() -> None:
+    """A packed forward of this context ended (in any order: counted, not reset to a token's value): every memo
+    forgets its answer (nothing is held between steps)."""
+    _open_forwards.set(max(_open_forwards.get() - 1, 0))
+    _forget_all()
 
 
 def _forget_all() -> None:
