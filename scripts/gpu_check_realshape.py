@@ -328,7 +328,7 @@ def realshape_rows(
             row.update(result="skipped", note="skipped: no other peer chosen")  # a later call's: its stock alone
             continue
         why = unavailable(workload, peer, device)
-        if why is None and not quick and planned + estimate > deadline.left():
+        if why is None and not quick and planned + estimate > deadline.left() - ROUND_RESERVE_S:  # a last round's spare
             why = f"skipped: time budget ({planned:.0f} s planned of {deadline.left():.0f} s)"
         if why is not None:
             row.update(result="n/a" if "skipped" not in why else "skipped", note=why)

@@ -113,3 +113,29 @@ def test_a_step_that_raises_leaves_no_pass_state_to_the_next(tmp_path):
         trainer.train()
     assert report.padding_free.attention.open_forwards() == 0
     assert report.label_sparsity._key not in _ROWS_IN_USE
+
+
+def test_a_step_whose_passes_cannot_end_their_state_still_raises_its_own_error(tmp_path, monkeypatch, caplog):
+    model = make("gpt2", task="lm", dropout=False)
+    args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 1})
+    trainer = TurboTrainer(
+        model=model, args=args, train_dataset=variable_length_dataset(task="lm"),
+        data_collator=RightPaddingCollator(0),
+    )  # fmt: skip
+    ended = []
+
+    def broken_end(self):
+        ended.append(type(self).__name__)
+        raise RuntimeError("the end's own failure")
+
+    monkeypatch.setattr(LabelSparsity, "end_forward", broken_end)
+    monkeypatch.setattr(PaddingFree, "end_forward", lambda self: ended.append("PaddingFree"))
+
+    def out_of_memory(module, args, output):
+        raise torch.OutOfMemoryError("the test's")
+
+    trainer.model.register_forward_hook(out_of_memory)
+    with pytest.raises(torch.OutOfMemoryError, match="the test's"):  # auto_find_batch_size's to catch, not another
+        trainer.train()
+    assert ended == ["LabelSparsity", "PaddingFree"]  # the pass after the failing one ended its state too
+    assert "could not end its forward state: the end's own failure" in caplog.text

@@ -324,10 +324,10 @@ def test_realshape_raising_midway_keeps_the_workloads_it_finished(monkeypatch, t
     assert "(the rest)" not in report.split("Against issue 45's bars")[1]  # no verdict of the row saying it raised
 
 
-def test_a_peer_cut_by_the_budget_says_how_many_rounds_it_ran(monkeypatch):
+def _faked_rounds(monkeypatch, raise_at: int | None = None) -> list:
+    """`_run_workload`'s model and measurements faked: every round measures 100 tokens/s, the `raise_at`-th
+    measurement raises; the list of measurements made."""
     from types import SimpleNamespace
-
-    from scripts.gpu_check_realshape import Workload, _run_workload
 
     from scripts import gpu_check_realshape
 
@@ -335,6 +335,8 @@ def test_a_peer_cut_by_the_budget_says_how_many_rounds_it_ran(monkeypatch):
 
     def measure(build, warmup, device):
         measured.append(1)
+        if len(measured) == raise_at:
+            raise torch.OutOfMemoryError("the test's")
         return {"tokens_s": 100.0, "flops_s": 1.0, "peak_gb": None, "losses": [2.0, 1.9], "summary": ""}
 
     class Model:
@@ -346,6 +348,30 @@ def test_a_peer_cut_by_the_budget_says_how_many_rounds_it_ran(monkeypatch):
     monkeypatch.setattr(gpu_check_realshape, "build_model", lambda *args: Model())
     monkeypatch.setattr(gpu_check_realshape, "build_examples", lambda *args: [])
     monkeypatch.setattr(gpu_check_realshape, "measure", measure)
+    return measured
+
+
+def test_a_peer_that_errs_after_a_good_round_keeps_none_of_its_figures(monkeypatch):
+    from scripts.gpu_check import Deadline
+    from scripts.gpu_check_realshape import Workload, _run_workload
+
+    _faked_rounds(monkeypatch, raise_at=4)  # turbotrain's second round
+    sft = Workload("qwen2.5-0.5b", "sft")
+    peers = ["stock (sdpa)", "turbotrain"]
+    rows = {(sft, peer): {"est. s": "15"} for peer in peers}
+    _run_workload(sft, peers, rows, torch.device("cpu"), False, 3, 1.0, Deadline(3600.0))
+    turbo = rows[(sft, "turbotrain")]
+    assert turbo["result"] == "ERROR" and turbo["note"] == "OutOfMemoryError: the test's"
+    assert not {"rounds", "tokens/s", "vs stock", "MFU"} & set(turbo)  # its first round's would read as its own
+    assert rows[(sft, "stock (sdpa)")]["rounds"] == 3
+
+
+def test_a_peer_cut_by_the_budget_says_how_many_rounds_it_ran(monkeypatch):
+    from types import SimpleNamespace
+
+    from scripts.gpu_check_realshape import Workload, _run_workload
+
+    measured = _faked_rounds(monkeypatch)
     deadline = SimpleNamespace(left=lambda: 100.0 if len(measured) < 3 else 0.0)  # time for 3 rounds of a peer
     sft = Workload("qwen2.5-0.5b", "sft")
     peers = ["stock (sdpa)", "turbotrain"]

@@ -54,10 +54,17 @@ class OptimizeReport:
         """After a forward of the model raised: every installed pass drops what that forward left behind, so that
         the next forward (a retry at a smaller batch, an evaluation) starts clean. TurboTrainer calls it when a
         step raises; a loop of your own that catches a compiled model's exception and goes on should too."""
-        for installed in self.installed.values():
+        failed = []
+        for name, installed in self.installed.items():
             end_forward = getattr(installed, "end_forward", None)  # the hooked passes; others hold nothing
-            if end_forward is not None:
-                end_forward()
+            try:
+                if end_forward is not None:
+                    end_forward()
+            except Exception as error:  # noqa: BLE001  (every pass gets its turn; the first failure is raised after)
+                failed.append((name, error))
+        if failed:
+            name, error = failed[0]
+            raise RuntimeError(f"turbotrain: {name} could not end its forward state: {error}") from error
 
     def collator(self, inner, place: registry.StepPlace | None = None):
         """The training collator: `inner` wrapped by each installed pass's collator step (`PassSpec.collator`)
