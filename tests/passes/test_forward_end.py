@@ -91,13 +91,17 @@ def _skip_closing_hooks(model) -> int:
     return len(found)
 
 
-def test_a_step_that_raises_leaves_no_pass_state_to_the_next(tmp_path):
-    model = make("gpt2", task="lm", dropout=False)
+def _one_step_trainer(tmp_path) -> TurboTrainer:
+    """A TurboTrainer of one step on a tiny GPT-2, padding-free and label sparsity installed."""
     args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 1})
-    trainer = TurboTrainer(
-        model=model, args=args, train_dataset=variable_length_dataset(task="lm"),
+    return TurboTrainer(
+        model=make("gpt2", task="lm", dropout=False), args=args, train_dataset=variable_length_dataset(task="lm"),
         data_collator=RightPaddingCollator(0),
     )  # fmt: skip
+
+
+def test_a_step_that_raises_leaves_no_pass_state_to_the_next(tmp_path):
+    trainer = _one_step_trainer(tmp_path)
     report = trainer.turbo_report
     assert report.padding_free is not None and report.padding_free.attention is not None
     assert report.label_sparsity is not None
@@ -116,12 +120,7 @@ def test_a_step_that_raises_leaves_no_pass_state_to_the_next(tmp_path):
 
 
 def test_a_step_whose_passes_cannot_end_their_state_still_raises_its_own_error(tmp_path, monkeypatch, caplog):
-    model = make("gpt2", task="lm", dropout=False)
-    args = TurboTrainingArguments(output_dir=str(tmp_path), **{**COMMON, "max_steps": 1})
-    trainer = TurboTrainer(
-        model=model, args=args, train_dataset=variable_length_dataset(task="lm"),
-        data_collator=RightPaddingCollator(0),
-    )  # fmt: skip
+    trainer = _one_step_trainer(tmp_path)
     ended = []
 
     def broken_end(self):
