@@ -282,6 +282,10 @@ class ChunkedHead:
             divisor = divisor.to(total.device)
         return total / divisor
 
+    def drop_call(self) -> None:
+        """Forget the call a forward that raised left taken (its `finish` never came)."""
+        self.call = None
+
     def finish(self, output):
         """The model's output with the chunked loss in place of the (absent) stock one; clears the call."""
         call = self.call

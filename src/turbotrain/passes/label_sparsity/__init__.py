@@ -279,7 +279,7 @@ class LabelSparsity(HookedPass):
         if self.call_packer is not None:
             self.call_packer.end_forward()
         if self.chunked_head is not None:
-            self.chunked_head.call = None
+            self.chunked_head.drop_call()
         if self.reference is not None:
             self.reference.end_forward()
 
